@@ -1,0 +1,405 @@
+//! # blockwire-shm: the shared-memory loopback data path
+//!
+//! Moves blocks between transports on one host, in one process or across processes, with no
+//! native dependency. It is blockwire's default backend and the reference the conformance suite
+//! is first proven on.
+//!
+//! ## How bytes move
+//!
+//! - **Same process**: a direct `memmove` between the two regions. The peer's region is found
+//!   through a process-wide registry of live regions (the address carries a token), and each
+//!   chunk is copied while the region is pinned as registered; a transport that closes
+//!   deregisters its region first, so later chunks fail with a remote disconnect instead of
+//!   writing freed memory (the role a remote key's invalidation plays in RDMA).
+//! - **Across processes**: `process_vm_writev` (WRITE) and `process_vm_readv` (READ) on the
+//!   peer's pid and the addresses from its descriptor. The peer process is pinned by a pidfd
+//!   and identified by its start time as well as its pid, so a pid reused by another process
+//!   is never written to; its exit is detected before every chunk (and reported by the
+//!   kernel as `ESRCH`), and fails the transfer as a remote disconnect.
+//!
+//! Why `process_vm_*` rather than regions in shared mappings (`memfd`/`shm_open`): it works on
+//! any memory, including a KV cache the caller allocated ([`Region::from_raw_parts`] in
+//! `blockwire`), where a shared mapping would force every region to be allocated by the
+//! backend; and it leaves no files behind in `/dev/shm` when a process dies. The kernel copies
+//! directly between the two address spaces (one copy, like a shared mapping's `memcpy`). The
+//! price: the kernel allows it only between processes of the same user with ptrace access
+//! (`/proc/sys/kernel/yama/ptrace_scope` 0; scope 1 allows only ancestors). `connect` probes
+//! the peer's region and fails with a clear [`BackendErrorKind::PermissionDenied`] error when
+//! the kernel refuses. And unlike an RDMA remote key, nothing stops a writer in another process
+//! when the peer frees its region: the peer's control plane must remove it from its writers
+//! (or stop them) before it closes. Measured figures are in the README's results section and
+//! from `cargo run --release -p blockwire-bench`.
+//!
+//! [`Region::from_raw_parts`]: https://docs.rs/blockwire
+//!
+//! ## Transfers
+//!
+//! `post` returns at once; the copy runs on the backend's own threads (`copy_threads`), in
+//! chunks of at most `chunk_bytes` (several small blocks share a chunk, a large block spans
+//! several), so a transfer is observable as running and an abort (cancel, remove, close) takes
+//! effect between chunks. A chunk in flight always completes: once `release` succeeds no byte
+//! of the transfer lands.
+//!
+//! ## Options
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `copy_threads` | min(4, cores) | threads copying; one transfer is copied by one thread |
+//! | `chunk_bytes` | 262144 | bytes copied between two checks for abort and peer liveness |
+//!
+//! ```
+//! use blockwire_core::{Backend, BackendOptions, Op, RegionSpan, XferState};
+//! use blockwire_shm::ShmBackend;
+//! use std::ptr::NonNull;
+//!
+//! let mut a = vec![7u8; 4 * 1024];
+//! let mut b = vec![0u8; 4 * 1024];
+//! let span = |v: &mut Vec<u8>| RegionSpan::new(NonNull::new(v.as_mut_ptr()).unwrap(), 4, 1024).unwrap();
+//! // SAFETY: both vectors outlive both backends and are not accessed while they run.
+//! let (ba, bb) = unsafe {
+//!     (ShmBackend::open(span(&mut a), BackendOptions::new())?,
+//!      ShmBackend::open(span(&mut b), BackendOptions::new())?)
+//! };
+//! let desc = blockwire_core::PeerDescriptor::new("shm", bb.address(), b.as_ptr() as u64, 4, 1024, "");
+//! let peer = ba.connect(&desc)?;
+//! let mut x = ba.post(&peer, Op::Write, &[0], &[3])?;
+//! while ba.state(&mut x) == XferState::Running {}
+//! assert!(ba.release(x).is_ok());
+//! drop((peer, ba, bb));
+//! assert_eq!(b[3 * 1024], 7);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod address;
+mod copier;
+mod live;
+mod process;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
+    Capabilities, Error, Op, PeerDescriptor, RegionSpan, XferState,
+};
+
+use address::ShmAddress;
+use copier::{CopyPool, Job, Progress, Target};
+use live::LiveRegion;
+use process::{MAX_PIECES, Piece, RemoteProcess};
+
+/// The backend kind written in descriptors.
+pub const KIND: &str = "shm";
+/// Default of the `chunk_bytes` option.
+pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The shared-memory loopback backend (see the crate docs).
+pub struct ShmBackend {
+    span: RegionSpan,
+    live: Arc<LiveRegion>,
+    address: ShmAddress,
+    chunk_bytes: usize,
+    counters: Arc<Counters>,
+    /// Dropped after `Drop::drop` deregistered the region; joins the copy threads.
+    pool: CopyPool,
+}
+
+/// A connected peer.
+pub struct ShmPeer {
+    target: Arc<Target>,
+    base: usize,
+    num_blocks: u32,
+    _counted: Counted,
+}
+
+/// A posted transfer.
+pub struct ShmXfer {
+    progress: Arc<Progress>,
+    _counted: Counted,
+}
+
+#[derive(Default)]
+struct Counters {
+    peers: AtomicUsize,
+    xfers: AtomicUsize,
+}
+
+/// Counts one live resource while it exists.
+struct Counted(Arc<Counters>, fn(&Counters) -> &AtomicUsize);
+
+impl Counted {
+    fn new(c: &Arc<Counters>, which: fn(&Counters) -> &AtomicUsize) -> Self {
+        which(c).fetch_add(1, Ordering::SeqCst);
+        Counted(c.clone(), which)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        (self.1)(&self.0).fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl ShmBackend {
+    /// Opens the backend over `span`, with the options in the crate docs.
+    ///
+    /// # Safety
+    ///
+    /// The memory `span` describes must stay allocated, and must not be accessed through
+    /// references, until this backend has been dropped: its threads and its peers copy into
+    /// and out of it.
+    ///
+    /// ```
+    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 2 * 512];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
+    /// // SAFETY: `mem` outlives the backend.
+    /// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new().with("copy_threads", "1"))? };
+    /// assert_eq!(b.kind(), "shm");
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+        let open_err = |source| Error::Open {
+            kind: KIND.into(),
+            source,
+        };
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = options
+            .take::<usize>("copy_threads")
+            .map_err(open_err)?
+            .unwrap_or(cores.min(4));
+        let chunk_bytes = options
+            .take::<usize>("chunk_bytes")
+            .map_err(open_err)?
+            .unwrap_or(DEFAULT_CHUNK_BYTES);
+        options.finish(KIND).map_err(open_err)?;
+        if threads == 0 || chunk_bytes == 0 {
+            return Err(open_err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                "copy_threads and chunk_bytes must be at least 1",
+            )));
+        }
+        let (pid, start_time) = process::current()
+            .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
+        let pool = CopyPool::new(threads).map_err(open_err)?;
+        let live = LiveRegion::register(span);
+        let address = ShmAddress {
+            pid,
+            start_time,
+            token: live.token,
+        };
+        tracing::debug!(
+            pid,
+            token = live.token,
+            threads,
+            chunk_bytes,
+            "shm backend opened"
+        );
+        Ok(ShmBackend {
+            span,
+            live,
+            address,
+            chunk_bytes,
+            counters: Arc::new(Counters::default()),
+            pool,
+        })
+    }
+
+    fn connect_local(&self, desc: &PeerDescriptor, token: u64) -> Result<Target, BackendError> {
+        let live = LiveRegion::lookup(token).ok_or_else(|| {
+            BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                format!(
+                    "region {token} of this process is no longer registered (its transport closed)"
+                ),
+            )
+        })?;
+        let s = live.span;
+        if s.base_addr() != desc.base_addr
+            || s.num_blocks() != desc.num_blocks
+            || s.block_len() as u64 != desc.block_len
+        {
+            return Err(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                format!(
+                    "descriptor says {} blocks of {} bytes at {:#x}, region {token} is {} blocks of {} bytes at {:#x}",
+                    desc.num_blocks,
+                    desc.block_len,
+                    desc.base_addr,
+                    s.num_blocks(),
+                    s.block_len(),
+                    s.base_addr()
+                ),
+            ));
+        }
+        Ok(Target::Local(live))
+    }
+
+    fn connect_remote(
+        &self,
+        desc: &PeerDescriptor,
+        addr: ShmAddress,
+        region_len: usize,
+    ) -> Result<Target, BackendError> {
+        let proc = RemoteProcess::open(addr.pid, addr.start_time)?;
+        // Probe the first and last byte of the peer's region: a permission problem or a bad
+        // address shows here, at connect, not in the first transfer.
+        let base = usize::try_from(desc.base_addr)
+            .map_err(|_| BackendError::new(BackendErrorKind::MalformedAddress, "base address"))?;
+        let mut probe = [0u8; 1];
+        for at in [base, base + region_len - 1] {
+            let piece = Piece {
+                local: probe.as_mut_ptr() as usize,
+                remote: at,
+                len: 1,
+            };
+            // SAFETY: the only local piece is `probe`, a live 1-byte buffer on this stack.
+            unsafe { process::copy_pieces(&proc, &[piece], false) }.map_err(|e| {
+                BackendError::new(
+                    e.kind(),
+                    format!("connecting to process {}: {}", addr.pid, e.message()),
+                )
+            })?;
+        }
+        Ok(Target::Remote(proc))
+    }
+}
+
+impl Drop for ShmBackend {
+    fn drop(&mut self) {
+        // Peers copying into this region stop before it can be freed; then `pool` joins the
+        // copy threads.
+        self.live.deregister();
+    }
+}
+
+impl Backend for ShmBackend {
+    type Peer = ShmPeer;
+    type Xfer = ShmXfer;
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        c.read = true;
+        c.abort = true;
+        c.cross_process = true;
+        c
+    }
+
+    fn address(&self) -> Vec<u8> {
+        self.address.to_bytes()
+    }
+
+    fn connect(&self, desc: &PeerDescriptor) -> Result<ShmPeer, BackendError> {
+        let addr = ShmAddress::from_bytes(&desc.address)?;
+        let bad =
+            |what: &str| BackendError::new(BackendErrorKind::MalformedAddress, what.to_owned());
+        let region_len = desc
+            .region_len()
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| bad("region size overflows"))?;
+        let base = usize::try_from(desc.base_addr).map_err(|_| bad("base address overflows"))?;
+        base.checked_add(region_len)
+            .ok_or_else(|| bad("region end overflows"))?;
+        let target = if addr.pid == self.address.pid && addr.start_time == self.address.start_time {
+            self.connect_local(desc, addr.token)?
+        } else {
+            self.connect_remote(desc, addr, region_len)?
+        };
+        Ok(ShmPeer {
+            target: Arc::new(target),
+            base,
+            num_blocks: desc.num_blocks,
+            _counted: Counted::new(&self.counters, |c| &c.peers),
+        })
+    }
+
+    fn disconnect(&self, peer: ShmPeer) {
+        drop(peer);
+    }
+
+    fn post(
+        &self,
+        peer: &ShmPeer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<ShmXfer, BackendError> {
+        let block_len = self.span.block_len();
+        let local_base = self.span.base().as_ptr() as usize;
+        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
+        if local.len() != remote.len() {
+            return Err(bad("index lists differ in length".into()));
+        }
+        let mut chunks = Vec::new();
+        let mut current: Vec<Piece> = Vec::new();
+        let mut current_bytes = 0;
+        for (&l, &r) in local.iter().zip(remote) {
+            let loff = self
+                .span
+                .block_offset(l)
+                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
+            if r >= peer.num_blocks {
+                return Err(bad(format!("remote block {r} out of range")));
+            }
+            // In range of a region whose end was checked to fit at connect.
+            let rbase = peer.base + r as usize * block_len;
+            let lbase = local_base + loff;
+            let mut off = 0;
+            while off < block_len {
+                let len = (self.chunk_bytes - current_bytes).min(block_len - off);
+                current.push(Piece {
+                    local: lbase + off,
+                    remote: rbase + off,
+                    len,
+                });
+                current_bytes += len;
+                off += len;
+                if current_bytes == self.chunk_bytes || current.len() == MAX_PIECES {
+                    chunks.push(std::mem::take(&mut current));
+                    current_bytes = 0;
+                }
+            }
+        }
+        if !current.is_empty() {
+            chunks.push(current);
+        }
+        let progress = Progress::new();
+        self.pool.submit(Job {
+            progress: progress.clone(),
+            op,
+            target: peer.target.clone(),
+            chunks,
+        })?;
+        Ok(ShmXfer {
+            progress,
+            _counted: Counted::new(&self.counters, |c| &c.xfers),
+        })
+    }
+
+    fn state(&self, xfer: &mut ShmXfer) -> XferState {
+        xfer.progress.state()
+    }
+
+    fn abort(&self, xfer: &mut ShmXfer) {
+        xfer.progress.abort();
+    }
+
+    fn release(&self, xfer: ShmXfer) -> Result<(), ShmXfer> {
+        if xfer.progress.try_stop() {
+            Ok(())
+        } else {
+            Err(xfer)
+        }
+    }
+
+    fn stats(&self) -> BackendStats {
+        BackendStats::new(
+            self.counters.peers.load(Ordering::SeqCst),
+            self.counters.xfers.load(Ordering::SeqCst),
+        )
+    }
+}

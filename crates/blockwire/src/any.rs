@@ -1,0 +1,68 @@
+//! [`AnyTransport`] and opening a transport by backend name.
+
+#[cfg(feature = "shm")]
+use crate::BlockTransport;
+use crate::{Region, TransportOptions};
+use blockwire_core::{Error, Result};
+
+/// A transport over any backend compiled into this build, chosen at run time by name (see
+/// [`open`]). One variant per backend cargo feature; every [`crate::Transport`] method is
+/// dispatched statically (`enum_dispatch`), with no virtual call.
+///
+/// The other data paths join as variants behind their features (`Ucx`, `Libfabric`, `Nixl`)
+/// when their backends land.
+///
+/// ```
+/// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
+/// let t: AnyTransport = open("shm", Region::new(2, 4096)?, TransportOptions::default())?;
+/// assert!(matches!(t, AnyTransport::Shm(_)));
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+#[enum_dispatch::enum_dispatch(Transport)]
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum AnyTransport {
+    /// The shared-memory loopback (feature `shm`).
+    #[cfg(feature = "shm")]
+    Shm(BlockTransport<blockwire_shm::ShmBackend>),
+}
+
+/// Names of the backends compiled into this build.
+///
+/// ```
+/// assert!(blockwire::backends().contains(&"shm"));
+/// ```
+pub fn backends() -> &'static [&'static str] {
+    &[
+        #[cfg(feature = "shm")]
+        "shm",
+    ]
+}
+
+/// Opens a transport over `region` with the backend named `backend` (see [`backends`]).
+///
+/// ```
+/// use blockwire::{open, Error, Region, TransportOptions};
+/// let t = open("shm", Region::new(8, 65536)?, TransportOptions::default())?;
+/// let err = open("carrier-pigeon", Region::new(8, 65536)?, TransportOptions::default()).unwrap_err();
+/// assert!(matches!(err, Error::UnknownBackend { .. }));
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<AnyTransport> {
+    match backend {
+        #[cfg(feature = "shm")]
+        "shm" => BlockTransport::open_with(region, options, |span, opts| {
+            // SAFETY: `open_with` passes the span of the region the transport owns, and drops
+            // the backend before that region.
+            unsafe { blockwire_shm::ShmBackend::open(span, opts) }
+        })
+        .map(AnyTransport::Shm),
+        other => {
+            drop(region);
+            Err(Error::UnknownBackend {
+                name: other.to_owned(),
+                available: backends().join(", "),
+            })
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Tracking of posted transfers, per peer, so one peer's poll never touches another's.
+//!
+//! The single rule that keeps memory safe: a transfer leaves tracking only when the backend
+//! has released it, and a backend releases only what can no longer move a byte. Ids that
+//! `cancel(Immediate)` stops tracking keep their handle in a per-peer `detached` list until
+//! the backend releases it; close waits for those too.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, CancelMode, FailureReason, PeerId, PollResult, TransferId, XferState,
+};
+use parking_lot::{Mutex, RwLock};
+
+use super::peers::PeerConn;
+
+/// One posted transfer.
+pub(crate) struct Tracked<B: Backend> {
+    xfer: B::Xfer,
+    conn: Arc<PeerConn<B>>,
+    /// The first terminal state the backend reported; kept so a transfer whose release is
+    /// refused reports what it first said once it is finally released.
+    outcome: Option<XferState>,
+}
+
+impl<B: Backend> Tracked<B> {
+    pub(crate) fn new(xfer: B::Xfer, conn: Arc<PeerConn<B>>) -> Self {
+        Tracked {
+            xfer,
+            conn,
+            outcome: None,
+        }
+    }
+
+    /// Observes the transfer once and remembers the first terminal state.
+    fn observe(&mut self, backend: &B) -> bool {
+        if self.outcome.is_none() {
+            let state = backend.state(&mut self.xfer);
+            if state.is_terminal() {
+                self.outcome = Some(state);
+            }
+        }
+        self.outcome.is_some()
+    }
+
+    /// Releases the transfer if it has stopped; gives it back otherwise.
+    fn try_release(mut self, backend: &B) -> Result<Released<B>, Self> {
+        if !self.observe(backend) {
+            return Err(self);
+        }
+        let Tracked {
+            xfer,
+            conn,
+            outcome,
+        } = self;
+        match backend.release(xfer) {
+            Ok(()) => Ok(Released { conn, outcome }),
+            Err(xfer) => Err(Tracked {
+                xfer,
+                conn,
+                outcome,
+            }),
+        }
+    }
+}
+
+/// A released transfer: its peer connection (dropped outside every lock, as dropping the last
+/// reference disconnects) and what it reported.
+pub(crate) struct Released<B: Backend> {
+    pub(crate) conn: Arc<PeerConn<B>>,
+    outcome: Option<XferState>,
+}
+
+impl<B: Backend> Released<B> {
+    /// The id's report: a retired peer's transfers fail with `PeerRemoved` whatever the
+    /// backend said.
+    fn report(&self) -> Result<(), FailureReason> {
+        if self.conn.is_retired() {
+            return Err(FailureReason::PeerRemoved);
+        }
+        match &self.outcome {
+            Some(XferState::Failed(reason)) => Err(reason.clone()),
+            _ => Ok(()),
+        }
+    }
+}
+
+struct PeerTransfers<B: Backend> {
+    tracked: BTreeMap<TransferId, Tracked<B>>,
+    detached: Vec<Tracked<B>>,
+}
+
+impl<B: Backend> Default for PeerTransfers<B> {
+    fn default() -> Self {
+        PeerTransfers {
+            tracked: BTreeMap::new(),
+            detached: Vec::new(),
+        }
+    }
+}
+
+impl<B: Backend> PeerTransfers<B> {
+    fn is_empty(&self) -> bool {
+        self.tracked.is_empty() && self.detached.is_empty()
+    }
+
+    fn reap_detached(&mut self, backend: &B, released: &mut Vec<Released<B>>) {
+        for t in std::mem::take(&mut self.detached) {
+            match t.try_release(backend) {
+                Ok(r) => released.push(r),
+                Err(t) => self.detached.push(t),
+            }
+        }
+    }
+}
+
+type Shared<B> = Arc<Mutex<PeerTransfers<B>>>;
+
+/// Every tracked transfer, by peer id (a removed peer's transfers stay under its id until they
+/// stop).
+pub(crate) struct Inflight<B: Backend> {
+    by_peer: RwLock<HashMap<PeerId, Shared<B>>>,
+}
+
+/// What a poll found, plus the released connections to drop outside the locks.
+pub(crate) struct Drained<B: Backend> {
+    pub(crate) result: PollResult,
+    pub(crate) released: Vec<Released<B>>,
+}
+
+impl<B: Backend> Inflight<B> {
+    pub(crate) fn new() -> Self {
+        Inflight {
+            by_peer: RwLock::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn insert(&self, peer: &PeerId, id: TransferId, tracked: Tracked<B>) {
+        {
+            let map = self.by_peer.read();
+            if let Some(entry) = map.get(peer) {
+                entry.lock().tracked.insert(id, tracked);
+                return;
+            }
+        }
+        let mut map = self.by_peer.write();
+        map.entry(peer.clone())
+            .or_insert_with(|| Arc::new(Mutex::new(PeerTransfers::default())))
+            .lock()
+            .tracked
+            .insert(id, tracked);
+    }
+
+    /// Drains the finished transfers of `peer`, or of every peer.
+    pub(crate) fn poll(&self, backend: &B, peer: Option<&PeerId>) -> Drained<B> {
+        let entries: Vec<(PeerId, Shared<B>)> = {
+            let map = self.by_peer.read();
+            match peer {
+                Some(p) => map
+                    .get(p)
+                    .map(|e| (p.clone(), e.clone()))
+                    .into_iter()
+                    .collect(),
+                None => map.iter().map(|(p, e)| (p.clone(), e.clone())).collect(),
+            }
+        };
+        let mut out = Drained {
+            result: PollResult::default(),
+            released: Vec::new(),
+        };
+        let mut emptied = Vec::new();
+        for (peer, entry) in entries {
+            let mut guard = entry.lock();
+            guard.reap_detached(backend, &mut out.released);
+            let finished: Vec<TransferId> = guard
+                .tracked
+                .iter_mut()
+                .filter_map(|(id, t)| t.observe(backend).then_some(*id))
+                .collect();
+            for id in finished {
+                let Some(t) = guard.tracked.remove(&id) else {
+                    continue;
+                };
+                match t.try_release(backend) {
+                    Ok(released) => {
+                        match released.report() {
+                            Ok(()) => out.result.done.push(id),
+                            Err(reason) => {
+                                tracing::warn!(transfer = %id, %peer, %reason, "transfer failed");
+                                out.result.failed.push((id, reason));
+                            }
+                        }
+                        out.released.push(released);
+                    }
+                    Err(t) => {
+                        tracing::debug!(transfer = %id, %peer, "stopped transfer not yet releasable");
+                        guard.tracked.insert(id, t);
+                    }
+                }
+            }
+            if guard.is_empty() {
+                emptied.push(peer);
+            }
+        }
+        self.forget_empty(emptied);
+        out
+    }
+
+    /// Cancels `ids`; returns the ids still tracked (always empty for `Immediate`) and the
+    /// released connections.
+    pub(crate) fn cancel(
+        &self,
+        backend: &B,
+        ids: &[TransferId],
+        mode: CancelMode,
+    ) -> (Vec<TransferId>, Vec<Released<B>>) {
+        let entries: Vec<(PeerId, Shared<B>)> = self
+            .by_peer
+            .read()
+            .iter()
+            .map(|(p, e)| (p.clone(), e.clone()))
+            .collect();
+        let mut still = Vec::new();
+        let mut released = Vec::new();
+        let mut emptied = Vec::new();
+        for id in ids {
+            for (peer, entry) in &entries {
+                let mut guard = entry.lock();
+                let Some(mut t) = guard.tracked.remove(id) else {
+                    continue;
+                };
+                let stopped = t.observe(backend);
+                if !stopped {
+                    backend.abort(&mut t.xfer);
+                }
+                match (mode, t.try_release(backend)) {
+                    (_, Ok(r)) => released.push(r),
+                    (CancelMode::Immediate, Err(t)) => guard.detached.push(t),
+                    (CancelMode::Wait, Err(t)) => {
+                        guard.tracked.insert(*id, t);
+                        still.push(*id);
+                    }
+                }
+                if guard.is_empty() {
+                    emptied.push(peer.clone());
+                }
+                break;
+            }
+        }
+        self.forget_empty(emptied);
+        (still, released)
+    }
+
+    /// Asks every running transfer to `conn` to stop (the peer was unpublished).
+    pub(crate) fn abort_peer(&self, backend: &B, conn: &Arc<PeerConn<B>>) {
+        let entry = self.by_peer.read().get(&conn.id).cloned();
+        if let Some(entry) = entry {
+            let mut guard = entry.lock();
+            for t in guard.tracked.values_mut() {
+                if Arc::ptr_eq(&t.conn, conn) && !t.observe(backend) {
+                    backend.abort(&mut t.xfer);
+                }
+            }
+        }
+    }
+
+    /// Close: stops tracking everything, aborts what runs, and waits until `deadline` for the
+    /// backend to release each transfer. Returns the released ones and those still running.
+    pub(crate) fn drain_for_close(
+        &self,
+        backend: &B,
+        deadline: Instant,
+    ) -> (Vec<Released<B>>, Vec<Tracked<B>>) {
+        let entries: Vec<Shared<B>> = self.by_peer.write().drain().map(|(_, e)| e).collect();
+        let mut pending: Vec<Tracked<B>> = Vec::new();
+        for entry in entries {
+            let mut guard = entry.lock();
+            pending.extend(std::mem::take(&mut guard.tracked).into_values());
+            pending.append(&mut guard.detached);
+        }
+        for t in &mut pending {
+            if !t.observe(backend) {
+                backend.abort(&mut t.xfer);
+            }
+        }
+        let mut released = Vec::new();
+        loop {
+            for t in std::mem::take(&mut pending) {
+                match t.try_release(backend) {
+                    Ok(r) => released.push(r),
+                    Err(t) => pending.push(t),
+                }
+            }
+            if pending.is_empty() || Instant::now() >= deadline {
+                return (released, pending);
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn forget_empty(&self, peers: Vec<PeerId>) {
+        if peers.is_empty() {
+            return;
+        }
+        let mut map = self.by_peer.write();
+        for peer in peers {
+            if map.get(&peer).is_some_and(|e| e.lock().is_empty()) {
+                map.remove(&peer);
+            }
+        }
+    }
+}

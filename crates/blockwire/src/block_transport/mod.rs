@@ -1,0 +1,470 @@
+//! [`BlockTransport`]: the one implementation of the contract, over any [`Backend`].
+
+mod inflight;
+mod peers;
+mod validate;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Op, PeerDescriptor, PeerId,
+    PollResult, RegionSpan, Result, TransferId, fingerprint,
+};
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::{Mutex, RwLock};
+
+use crate::registration::Resolver;
+use crate::{Region, Registration, Transport, TransportOptions};
+use inflight::{Inflight, Released, Tracked};
+use peers::{PeerConn, PeerTable, Publish};
+
+/// The transport over backend `B`: validation, generations, per-peer polling, cancel modes and
+/// close, written once. A backend only connects, posts, observes and releases.
+///
+/// ```
+/// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+/// use blockwire_shm::ShmBackend;
+/// let t: BlockTransport<ShmBackend> =
+///     BlockTransport::open_with(Region::new(4, 4096)?, TransportOptions::default(), |span, opts| {
+///         // SAFETY: `span` is the region the transport owns; it outlives the backend.
+///         unsafe { ShmBackend::open(span, opts) }
+///     })?;
+/// assert_eq!(t.backend_kind(), "shm");
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+pub struct BlockTransport<B: Backend> {
+    shared: Arc<Shared<B>>,
+    jobs: Mutex<Option<Sender<Job>>>,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+/// State shared with the registration worker.
+struct Shared<B: Backend> {
+    /// Held shared by every call, exclusively by close while it flips `closed`.
+    gate: RwLock<()>,
+    closed: AtomicBool,
+    peers: Mutex<PeerTable<B>>,
+    inflight: Inflight<B>,
+    next_id: AtomicU64,
+    fingerprint: String,
+    close_timeout: Duration,
+    backend: Arc<B>,
+    /// Declared after `backend`: fields drop in order, so the backend (and its threads) are
+    /// gone before the memory is freed.
+    region: Region,
+}
+
+/// One registration for the worker.
+struct Job {
+    peer: PeerId,
+    generation: u64,
+    desc: PeerDescriptor,
+    resolver: Resolver,
+}
+
+impl<B: Backend> BlockTransport<B> {
+    /// Opens a transport over `region` with the backend `make` builds from the region's span
+    /// and the backend options.
+    ///
+    /// ```
+    /// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+    /// use blockwire_shm::ShmBackend;
+    /// let opts = TransportOptions::default().with_backend_option("copy_threads", "1");
+    /// let t = BlockTransport::open_with(Region::new(2, 512)?, opts, |span, o| {
+    ///     // SAFETY: `span` is the region the transport owns; it outlives the backend.
+    ///     unsafe { ShmBackend::open(span, o) }
+    /// })?;
+    /// assert_eq!(t.num_blocks(), 2);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    pub fn open_with(
+        region: Region,
+        options: TransportOptions,
+        make: impl FnOnce(RegionSpan, blockwire_core::BackendOptions) -> Result<B>,
+    ) -> Result<Self> {
+        let backend = Arc::new(make(region.span(), options.backend)?);
+        let fingerprint = fingerprint::fingerprint(options.config_fields.as_ref());
+        let shared = Arc::new(Shared {
+            gate: RwLock::new(()),
+            closed: AtomicBool::new(false),
+            peers: Mutex::new(PeerTable::new()),
+            inflight: Inflight::new(),
+            next_id: AtomicU64::new(1),
+            fingerprint,
+            close_timeout: options.close_timeout,
+            backend,
+            region,
+        });
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let worker_shared = shared.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("blockwire-{}-reg", shared.backend.kind()))
+            .spawn(move || registration_worker(worker_shared, rx))
+            .map_err(|e| Error::Region(format!("spawning the registration worker: {e}")))?;
+        tracing::debug!(
+            backend = shared.backend.kind(),
+            num_blocks = shared.region.num_blocks(),
+            block_len = shared.region.block_len(),
+            "transport opened"
+        );
+        Ok(BlockTransport {
+            shared,
+            jobs: Mutex::new(Some(tx)),
+            worker: Mutex::new(Some(worker)),
+        })
+    }
+
+    /// The backend, for backend-specific calls.
+    ///
+    /// ```
+    /// use blockwire::{BlockTransport, Region, TransportOptions};
+    /// use blockwire_core::Backend;
+    /// let t = BlockTransport::open_with(Region::new(2, 512)?, TransportOptions::default(), |s, o| {
+    ///     // SAFETY: `s` is the region the transport owns; it outlives the backend.
+    ///     unsafe { blockwire_shm::ShmBackend::open(s, o) }
+    /// })?;
+    /// assert_eq!(t.backend().kind(), "shm");
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    pub fn backend(&self) -> &B {
+        &self.shared.backend
+    }
+
+    fn submit(
+        &self,
+        op: Op,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<TransferId> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        if op == Op::Read && !s.backend.capabilities().read {
+            return Err(Error::Unsupported {
+                backend: s.backend.kind(),
+                what: "READ".into(),
+            });
+        }
+        let conn = s
+            .peers
+            .lock()
+            .get(peer)
+            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+        validate::check_indices(
+            op,
+            peer,
+            local,
+            remote,
+            s.region.num_blocks(),
+            conn.num_blocks,
+        )?;
+        let backend_peer = conn
+            .peer()
+            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+        let xfer = s
+            .backend
+            .post(backend_peer, op, local, remote)
+            .map_err(|source| Error::Submit {
+                peer: peer.clone(),
+                op,
+                source,
+            })?;
+        let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+        s.inflight
+            .insert(peer, id, Tracked::new(xfer, conn.clone()));
+        if conn.is_retired() {
+            // Removed while we posted: stop it like the transfers remove already saw.
+            s.inflight.abort_peer(&s.backend, &conn);
+        }
+        tracing::trace!(transfer = %id, %peer, %op, blocks = local.len(), "transfer posted");
+        Ok(id)
+    }
+}
+
+impl<B: Backend> Shared<B> {
+    /// The gate, shared, if the transport is open.
+    fn open(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
+        let guard = self.gate.read();
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::Closed);
+        }
+        Ok(guard)
+    }
+
+    /// Retires an unpublished connection: its running transfers are asked to stop and report
+    /// `PeerRemoved` once they do.
+    fn retire(&self, conn: Arc<PeerConn<B>>) {
+        conn.retire();
+        self.inflight.abort_peer(&self.backend, &conn);
+    }
+
+    /// The worker's half of a registration: connect (unless already stale), then publish
+    /// only if the generation is still the one claimed.
+    fn register(&self, job: Job) {
+        let Job {
+            peer,
+            generation,
+            desc,
+            resolver,
+        } = job;
+        let current =
+            !self.closed.load(Ordering::SeqCst) && self.peers.lock().is_current(&peer, generation);
+        // The slow part runs under no lock.
+        let connected = current.then(|| {
+            self.backend.connect(&desc).map(|p| {
+                Arc::new(PeerConn::new(
+                    peer.clone(),
+                    desc.num_blocks,
+                    p,
+                    self.backend.clone(),
+                ))
+            })
+        });
+        let conn = connected.as_ref().and_then(|c| c.as_ref().ok()).cloned();
+        let publish = {
+            let mut table = self.peers.lock();
+            // Checked under the table lock: close sets `closed` before it drains the table.
+            if self.closed.load(Ordering::SeqCst) {
+                table.finish(&peer, generation, None);
+                None
+            } else {
+                Some(table.finish(&peer, generation, conn.clone()))
+            }
+        };
+        let result = match (publish, connected) {
+            (None, _) => Err(Error::Closed),
+            (Some(Publish::Published(replaced)), _) => {
+                tracing::info!(%peer, generation, "peer published");
+                if let Some(old) = replaced {
+                    self.retire(old);
+                }
+                Ok(())
+            }
+            (Some(Publish::ConnectFailed), Some(Err(source))) => {
+                tracing::warn!(%peer, error = %source, "connecting to peer failed");
+                Err(Error::Connect {
+                    peer: peer.clone(),
+                    source,
+                })
+            }
+            (Some(_), connected) => {
+                if matches!(connected, Some(Ok(_))) {
+                    tracing::info!(%peer, generation, "superseded registration discarded");
+                }
+                Err(Error::Superseded { peer: peer.clone() })
+            }
+        };
+        // A discarded connection disconnects here, outside every lock.
+        drop(conn);
+        resolver.resolve(result);
+    }
+}
+
+fn registration_worker<B: Backend>(shared: Arc<Shared<B>>, jobs: Receiver<Job>) {
+    for job in jobs {
+        shared.register(job);
+    }
+}
+
+impl<B: Backend> Transport for BlockTransport<B> {
+    fn backend_kind(&self) -> &'static str {
+        self.shared.backend.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.shared.backend.capabilities()
+    }
+
+    fn region(&self) -> &Region {
+        &self.shared.region
+    }
+
+    fn fingerprint(&self) -> &str {
+        &self.shared.fingerprint
+    }
+
+    fn descriptor(&self) -> Result<PeerDescriptor> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        Ok(PeerDescriptor::new(
+            s.backend.kind(),
+            s.backend.address(),
+            s.region.base_addr(),
+            s.region.num_blocks(),
+            s.region.block_len() as u64,
+            s.fingerprint.clone(),
+        ))
+    }
+
+    fn add_remote_peer(&self, peer: &PeerId, desc: &PeerDescriptor) -> Result<()> {
+        self.add_remote_peer_async(peer, desc).wait()
+    }
+
+    fn add_remote_peer_async(&self, peer: &PeerId, desc: &PeerDescriptor) -> Registration {
+        let s = &*self.shared;
+        let _gate = match s.open() {
+            Ok(g) => g,
+            Err(e) => return Registration::ready(Err(e)),
+        };
+        if let Err(e) = validate::check_descriptor(
+            peer,
+            desc,
+            s.backend.kind(),
+            s.region.block_len(),
+            &s.fingerprint,
+        ) {
+            tracing::debug!(%peer, error = %e, "peer descriptor rejected");
+            return Registration::ready(Err(e));
+        }
+        let jobs = self.jobs.lock();
+        let Some(jobs) = jobs.as_ref() else {
+            return Registration::ready(Err(Error::Closed));
+        };
+        let generation = s.peers.lock().claim(peer);
+        let (handle, resolver) = Registration::pending();
+        let job = Job {
+            peer: peer.clone(),
+            generation,
+            desc: desc.clone(),
+            resolver,
+        };
+        if let Err(unsent) = jobs.send(job) {
+            // The worker is gone; undo the claim. Dropping the resolver resolves `Closed`.
+            s.peers.lock().finish(peer, generation, None);
+            drop(unsent);
+        }
+        handle
+    }
+
+    fn remove_remote_peer(&self, peer: &PeerId) -> Result<()> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        let removed = s.peers.lock().remove(peer);
+        match removed {
+            None => Err(Error::UnknownPeer(peer.clone())),
+            Some(conn) => {
+                tracing::info!(%peer, "peer removed");
+                if let Some(conn) = conn {
+                    s.retire(conn);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn write_blocks(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<TransferId> {
+        self.submit(Op::Write, peer, local, remote)
+    }
+
+    fn read_blocks(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<TransferId> {
+        self.submit(Op::Read, peer, local, remote)
+    }
+
+    fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        let drained = s.inflight.poll(&s.backend, peer);
+        drop(drained.released);
+        Ok(drained.result)
+    }
+
+    fn cancel(&self, ids: &[TransferId], mode: CancelMode) -> Result<Vec<TransferId>> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        let (still, released) = s.inflight.cancel(&s.backend, ids, mode);
+        drop(released);
+        Ok(still)
+    }
+
+    fn close(&self) -> Result<()> {
+        let s = &*self.shared;
+        {
+            let _exclusive = s.gate.write();
+            if s.closed.swap(true, Ordering::SeqCst) {
+                return Ok(());
+            }
+        }
+        let deadline = Instant::now() + s.close_timeout;
+        // 1. No more registrations: the worker finishes the one it runs (it will not publish),
+        //    resolves the queued ones as `Closed`, and exits.
+        drop(self.jobs.lock().take());
+        if let Some(worker) = self.worker.lock().take() {
+            while !worker.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if worker.is_finished() {
+                let _ = worker.join();
+            } else {
+                tracing::warn!(
+                    backend = s.backend.kind(),
+                    "close: a peer registration is still connecting; leaving it to finish on its own"
+                );
+            }
+        }
+        // 2. Unpublish every peer; their transfers report nothing more.
+        let conns = s.peers.lock().drain();
+        for conn in &conns {
+            conn.retire();
+        }
+        // 3. Stop and release every transfer, bounded.
+        let (released, running): (Vec<Released<B>>, _) =
+            s.inflight.drain_for_close(&s.backend, deadline);
+        drop(released);
+        if !running.is_empty() {
+            tracing::warn!(
+                backend = s.backend.kind(),
+                running = running.len(),
+                timeout_ms = s.close_timeout.as_millis() as u64,
+                "close forced: transfers still running at the deadline; their handles, peers and \
+                 the region are leaked rather than freed under them"
+            );
+            s.region.leak();
+            std::mem::forget(running);
+        }
+        drop(conns);
+        tracing::debug!(backend = s.backend.kind(), "transport closed");
+        Ok(())
+    }
+
+    fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::SeqCst)
+    }
+
+    fn backend_stats(&self) -> BackendStats {
+        self.shared.backend.stats()
+    }
+
+    fn peers(&self) -> Vec<PeerId> {
+        self.shared.peers.lock().published_ids()
+    }
+}
+
+impl<B: Backend> Drop for BlockTransport<B> {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+impl<B: Backend> std::fmt::Debug for BlockTransport<B> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockTransport")
+            .field("backend", &self.shared.backend.kind())
+            .field("num_blocks", &self.shared.region.num_blocks())
+            .field("block_len", &self.shared.region.block_len())
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}

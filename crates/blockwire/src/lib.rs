@@ -1,0 +1,56 @@
+//! # blockwire
+//!
+//! One-sided block transfers between peers: a local registered memory region, a remote peer's
+//! registered region, and WRITE (and READ) of block lists between them, through pluggable data
+//! paths. Built for moving KV-cache blocks between inference hosts and processes.
+//!
+//! - [`Transport`]: the user contract (see its table of rules).
+//! - [`BlockTransport`]: the one implementation of that contract over any
+//!   [`Backend`](blockwire_core::Backend).
+//! - [`AnyTransport`] and [`open`]: a transport chosen by backend name at run time.
+//! - [`Region`]: the local block memory, owned or borrowed from a KV cache.
+//!
+//! ```
+//! use blockwire::{open, CancelMode, Region, Transport, TransportOptions};
+//!
+//! // Two transports in one process; across processes the descriptor travels over the
+//! // caller's control plane as bytes.
+//! let prefill = open("shm", Region::new(16, 64 * 1024)?, TransportOptions::default())?;
+//! let decode = open("shm", Region::new(16, 64 * 1024)?, TransportOptions::default())?;
+//! let bytes = decode.descriptor()?.to_bytes();
+//!
+//! let peer = "decode-0".into();
+//! prefill.add_remote_peer(&peer, &blockwire::PeerDescriptor::from_bytes(&bytes)?)?;
+//! prefill.region().fill_block(2, 0xAB)?;
+//! let id = prefill.write_blocks(&peer, &[2], &[9])?;
+//! loop {
+//!     let r = prefill.poll(Some(&peer))?;
+//!     if r.done.contains(&id) { break; }
+//!     assert!(r.failed.is_empty());
+//! }
+//! assert_eq!(decode.region().block(9)?, vec![0xAB; 64 * 1024]);
+//! assert!(prefill.cancel(&[id], CancelMode::Wait)?.is_empty()); // already reported: ignored
+//! prefill.close()?;
+//! # Ok::<(), blockwire::Error>(())
+//! ```
+
+#[cfg(feature = "shm")]
+mod any;
+mod block_transport;
+mod options;
+mod region;
+mod registration;
+mod transport;
+
+#[cfg(feature = "shm")]
+pub use any::{AnyTransport, backends, open};
+pub use block_transport::BlockTransport;
+pub use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
+    Capabilities, DescriptorError, Error, FailureReason, Op, PeerDescriptor, PeerId, PollResult,
+    RegionSpan, Result, TransferId, XferState, fingerprint,
+};
+pub use options::{DEFAULT_CLOSE_TIMEOUT, TransportOptions};
+pub use region::{REGION_ALIGN, Region};
+pub use registration::Registration;
+pub use transport::Transport;

@@ -1,0 +1,96 @@
+//! [`TransportOptions`]: settings shared by every backend.
+
+use std::time::Duration;
+
+use blockwire_core::BackendOptions;
+
+/// How long `close` waits for running transfers before it gives up and leaks their memory.
+pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Settings of a transport, whatever its backend.
+///
+/// ```
+/// use blockwire::TransportOptions;
+/// use std::time::Duration;
+/// let fields = serde_json::json!({"model": "llama-3-8b", "dtype": "bf16", "layers": 32});
+/// let opts = TransportOptions::default()
+///     .with_config_fields(fields.as_object().cloned())
+///     .with_close_timeout(Duration::from_secs(1))
+///     .with_backend_option("copy_threads", "2");
+/// assert_eq!(opts.close_timeout, Duration::from_secs(1));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Debug)]
+pub struct TransportOptions {
+    /// Model config values whose fingerprint peers must share; `None` or empty: compatible
+    /// with any peer.
+    pub config_fields: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Bound on how long `close` waits for running transfers.
+    pub close_timeout: Duration,
+    /// Backend-specific `key=value` options (see each backend's docs).
+    pub backend: BackendOptions,
+}
+
+impl Default for TransportOptions {
+    fn default() -> Self {
+        TransportOptions {
+            config_fields: None,
+            close_timeout: DEFAULT_CLOSE_TIMEOUT,
+            backend: BackendOptions::default(),
+        }
+    }
+}
+
+impl TransportOptions {
+    /// Sets the config fields the fingerprint is computed from.
+    ///
+    /// ```
+    /// # use blockwire::TransportOptions;
+    /// let o = TransportOptions::default().with_config_fields(None);
+    /// assert!(o.config_fields.is_none());
+    /// ```
+    pub fn with_config_fields(
+        mut self,
+        fields: Option<serde_json::Map<String, serde_json::Value>>,
+    ) -> Self {
+        self.config_fields = fields;
+        self
+    }
+
+    /// Sets the close timeout.
+    ///
+    /// ```
+    /// # use blockwire::TransportOptions;
+    /// # use std::time::Duration;
+    /// let o = TransportOptions::default().with_close_timeout(Duration::ZERO);
+    /// assert_eq!(o.close_timeout, Duration::ZERO);
+    /// ```
+    pub fn with_close_timeout(mut self, timeout: Duration) -> Self {
+        self.close_timeout = timeout;
+        self
+    }
+
+    /// Sets one backend-specific option.
+    ///
+    /// ```
+    /// # use blockwire::TransportOptions;
+    /// let o = TransportOptions::default().with_backend_option("chunk_bytes", "65536");
+    /// assert!(!o.backend.is_empty());
+    /// ```
+    pub fn with_backend_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.backend.set(key, value);
+        self
+    }
+
+    /// Replaces the backend-specific options.
+    ///
+    /// ```
+    /// # use blockwire::{BackendOptions, TransportOptions};
+    /// let o = TransportOptions::default().with_backend_options(BackendOptions::new());
+    /// assert!(o.backend.is_empty());
+    /// ```
+    pub fn with_backend_options(mut self, backend: BackendOptions) -> Self {
+        self.backend = backend;
+        self
+    }
+}

@@ -1,0 +1,150 @@
+//! The [`Backend`] trait: what a data path implements.
+
+use crate::{BackendError, BlockIndex, Op, PeerDescriptor, XferState};
+
+/// What a backend can do. The conformance suite runs only the cases a backend's capabilities
+/// allow and reports the others as skipped, with the reason.
+///
+/// ```
+/// use blockwire_core::Capabilities;
+/// let mut caps = Capabilities::default();
+/// caps.read = true;
+/// assert!(caps.read && !caps.abort);
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// READ is supported (remote blocks into local blocks).
+    pub read: bool,
+    /// A running transfer can be stopped early ([`Backend::abort`] takes effect). Without
+    /// it, cancel-wait and close wait for the transfer to finish on its own.
+    pub abort: bool,
+    /// Peers in other processes on the same host can be reached.
+    pub cross_process: bool,
+}
+
+/// Live resources of a backend, for tests and leak checks.
+///
+/// ```
+/// use blockwire_core::BackendStats;
+/// let s = BackendStats::default();
+/// assert_eq!((s.connected_peers, s.live_transfers), (0, 0));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendStats {
+    /// Peers connected and not yet disconnected (dropped).
+    pub connected_peers: usize,
+    /// Transfers posted and not yet released.
+    pub live_transfers: usize,
+}
+
+impl BackendStats {
+    /// Stats with the given counts.
+    ///
+    /// ```
+    /// # use blockwire_core::BackendStats;
+    /// assert_eq!(BackendStats::new(1, 2).live_transfers, 2);
+    /// ```
+    pub fn new(connected_peers: usize, live_transfers: usize) -> Self {
+        BackendStats {
+            connected_peers,
+            live_transfers,
+        }
+    }
+}
+
+/// A data path: how to connect to a peer, post a block transfer, observe it and release it.
+///
+/// The rules of the user contract (validation, generations, per-peer polling, cancel modes,
+/// close) are implemented once, over any backend, by `blockwire::BlockTransport`. A backend
+/// only has to keep these promises:
+///
+/// - [`Backend::post`] is called with index lists that were already validated: equal, non-zero
+///   lengths, every index inside the local region and inside the peer's region as its
+///   descriptor states, no destination twice. A backend still must not touch memory outside
+///   the two regions whatever it is given (check cheaply, fail with an error).
+/// - [`Backend::state`] says [`XferState::Done`] only when every byte is at the target (remote
+///   completion, not merely local). An error while checking is a terminal
+///   [`XferState::Failed`], never "running forever".
+/// - [`Backend::release`] returns `Err(xfer)` (busy) while the transfer may still move a byte;
+///   `Ok` means no byte of it will land afterwards. This one promise is what makes
+///   cancel-wait and close safe, so a backend that cannot tell must say busy.
+/// - Dropping or disconnecting a peer while transfers to it are still held is never asked for:
+///   the generic layer keeps the peer alive until every transfer to it is released.
+/// - A passive peer that never polls still receives writes: a backend whose library needs the
+///   target to make progress runs its own progress thread.
+///
+/// Every method takes `&self` and may be called from several threads at once; a backend whose
+/// library is not thread-safe serializes internally.
+///
+/// ```
+/// use blockwire_core::{Backend, BackendError, BackendStats, BlockIndex, Capabilities, Op,
+///     PeerDescriptor, XferState};
+///
+/// /// A backend whose transfers complete at once and move nothing (illustration only).
+/// struct Null;
+/// impl Backend for Null {
+///     type Peer = ();
+///     type Xfer = ();
+///     fn kind(&self) -> &'static str { "null" }
+///     fn capabilities(&self) -> Capabilities { Capabilities::default() }
+///     fn address(&self) -> Vec<u8> { Vec::new() }
+///     fn connect(&self, _: &PeerDescriptor) -> Result<(), BackendError> { Ok(()) }
+///     fn disconnect(&self, _: ()) {}
+///     fn post(&self, _: &(), _: Op, _: &[BlockIndex], _: &[BlockIndex])
+///         -> Result<(), BackendError> { Ok(()) }
+///     fn state(&self, _: &mut ()) -> XferState { XferState::Done }
+///     fn release(&self, _: ()) -> Result<(), ()> { Ok(()) }
+///     fn stats(&self) -> BackendStats { BackendStats::default() }
+/// }
+/// assert_eq!(Null.kind(), "null");
+/// ```
+pub trait Backend: Send + Sync + 'static {
+    /// A connected peer: endpoint, remote key, remote base address.
+    type Peer: Send + Sync + 'static;
+    /// One posted transfer.
+    type Xfer: Send + 'static;
+
+    /// The backend's kind, as written in descriptors (`"shm"`, `"ucx"`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// What this backend can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// The backend part of this side's descriptor (endpoint address, remote key, metadata).
+    fn address(&self) -> Vec<u8>;
+
+    /// Connects to a peer. May be slow; runs on the transport's registration worker, never
+    /// under a lock. The descriptor was validated (shape, kind, fingerprint) but its address
+    /// bytes are untrusted.
+    fn connect(&self, remote: &PeerDescriptor) -> Result<Self::Peer, BackendError>;
+
+    /// Releases a peer's resources. Called only once no transfer to it is held.
+    fn disconnect(&self, peer: Self::Peer);
+
+    /// Posts a transfer of `local[i]` to `remote[i]` (WRITE) or back (READ). Must not wait for
+    /// the transfer.
+    fn post(
+        &self,
+        peer: &Self::Peer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<Self::Xfer, BackendError>;
+
+    /// Observes a transfer without blocking.
+    fn state(&self, xfer: &mut Self::Xfer) -> XferState;
+
+    /// Asks a running transfer to stop early (best effort; a backend that cannot stop an
+    /// operation in flight does nothing). It then ends as done or failed as usual.
+    fn abort(&self, xfer: &mut Self::Xfer) {
+        let _ = xfer;
+    }
+
+    /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.
+    fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer>;
+
+    /// Live resources, for tests and leak checks.
+    fn stats(&self) -> BackendStats;
+}

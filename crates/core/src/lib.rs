@@ -1,0 +1,43 @@
+//! Vocabulary types and the [`Backend`] plugin contract of blockwire.
+//!
+//! blockwire moves fixed-size blocks from a local registered memory region straight into a
+//! remote peer's registered region (WRITE), or back (READ), one-sided. This crate holds what
+//! every part of the framework shares:
+//!
+//! - identifiers: [`PeerId`], [`TransferId`], [`BlockIndex`];
+//! - the operations and results: [`Op`], [`CancelMode`], [`PollResult`], [`XferState`],
+//!   [`FailureReason`];
+//! - [`PeerDescriptor`]: what a peer needs to connect, with a versioned byte encoding whose
+//!   decoder treats its input as untrusted;
+//! - [`Error`] and [`BackendError`];
+//! - the [`Backend`] trait a data path implements, with its [`Capabilities`] and
+//!   [`BackendStats`];
+//! - [`fingerprint`]: the config fingerprint, byte-identical to the Python reference.
+//!
+//! The semantics (generations, per-peer polling, cancel modes, validation, close) live once, in
+//! the `blockwire` crate; a backend only connects, posts, observes and releases.
+//!
+//! ```
+//! use blockwire_core::{Op, PeerId, TransferId};
+//! let peer = PeerId::from("decode-0");
+//! assert_eq!(peer.as_str(), "decode-0");
+//! assert_eq!(TransferId(7).get(), 7);
+//! assert_eq!(Op::Write.to_string(), "WRITE");
+//! ```
+
+mod backend;
+mod descriptor;
+mod error;
+pub mod fingerprint;
+mod ids;
+mod options;
+mod span;
+mod xfer;
+
+pub use backend::{Backend, BackendStats, Capabilities};
+pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
+pub use error::{BackendError, BackendErrorKind, Error, Result};
+pub use ids::{BlockIndex, PeerId, TransferId};
+pub use options::BackendOptions;
+pub use span::RegionSpan;
+pub use xfer::{CancelMode, FailureReason, Op, PollResult, XferState};

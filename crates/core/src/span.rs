@@ -1,0 +1,125 @@
+//! [`RegionSpan`]: where the local block memory is, as a backend sees it.
+
+use std::ptr::NonNull;
+
+/// The address and shape of a transport's local region, handed to a backend when it is
+/// opened so it can register the memory (one registration of the whole region).
+///
+/// A span is only an address: holding one grants nothing. The transport that owns the region
+/// guarantees it stays valid until the backend has been dropped.
+///
+/// ```
+/// use blockwire_core::RegionSpan;
+/// let mut buf = vec![0u8; 4 * 512];
+/// let span = RegionSpan::new(std::ptr::NonNull::new(buf.as_mut_ptr()).unwrap(), 4, 512).unwrap();
+/// assert_eq!(span.len(), 2048);
+/// assert_eq!(span.block_offset(3), Some(1536));
+/// assert_eq!(span.block_offset(4), None);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegionSpan {
+    base: NonNull<u8>,
+    num_blocks: u32,
+    block_len: usize,
+}
+
+// SAFETY: a span is an address and two sizes; it never dereferences the pointer itself. Every
+// access through it is an `unsafe` operation in a backend, argued there against the owning
+// transport's guarantee that the memory outlives the backend.
+unsafe impl Send for RegionSpan {}
+// SAFETY: as for `Send`: shared references to a span only read the address and sizes.
+unsafe impl Sync for RegionSpan {}
+
+impl RegionSpan {
+    /// A span of `num_blocks` blocks of `block_len` bytes at `base`. `None` when there are no
+    /// blocks, blocks are empty, or the size or end address overflows.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// assert!(RegionSpan::new(NonNull::dangling(), 0, 512).is_none());
+    /// ```
+    pub fn new(base: NonNull<u8>, num_blocks: u32, block_len: usize) -> Option<Self> {
+        if num_blocks == 0 || block_len == 0 {
+            return None;
+        }
+        let len = (num_blocks as usize).checked_mul(block_len)?;
+        (base.as_ptr() as usize).checked_add(len)?;
+        isize::try_from(len).ok()?;
+        Some(RegionSpan {
+            base,
+            num_blocks,
+            block_len,
+        })
+    }
+
+    /// Address of block 0.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 1, 1).unwrap();
+    /// assert_eq!(s.base(), NonNull::dangling());
+    /// ```
+    pub fn base(&self) -> NonNull<u8> {
+        self.base
+    }
+
+    /// Address of block 0 as a number (what goes into a descriptor).
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 1, 1).unwrap();
+    /// assert_eq!(s.base_addr(), 1);
+    /// ```
+    pub fn base_addr(&self) -> u64 {
+        self.base.as_ptr() as usize as u64
+    }
+
+    /// Number of blocks.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// assert_eq!(RegionSpan::new(NonNull::dangling(), 3, 1).unwrap().num_blocks(), 3);
+    /// ```
+    pub fn num_blocks(&self) -> u32 {
+        self.num_blocks
+    }
+
+    /// Bytes per block.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// assert_eq!(RegionSpan::new(NonNull::dangling(), 3, 8).unwrap().block_len(), 8);
+    /// ```
+    pub fn block_len(&self) -> usize {
+        self.block_len
+    }
+
+    /// Bytes in the whole region.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// assert_eq!(RegionSpan::new(NonNull::dangling(), 3, 8).unwrap().len(), 24);
+    /// ```
+    #[allow(clippy::len_without_is_empty)] // a span is never empty
+    pub fn len(&self) -> usize {
+        self.num_blocks as usize * self.block_len
+    }
+
+    /// Byte offset of block `index`, or `None` when it is out of range.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 3, 8).unwrap();
+    /// assert_eq!(s.block_offset(2), Some(16));
+    /// ```
+    pub fn block_offset(&self, index: u32) -> Option<usize> {
+        (index < self.num_blocks).then(|| index as usize * self.block_len)
+    }
+}

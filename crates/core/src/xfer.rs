@@ -1,0 +1,190 @@
+//! Operations, transfer states, failure reasons and poll results.
+
+use std::fmt;
+
+use crate::TransferId;
+
+/// Direction of a transfer, seen from the side that posts it.
+///
+/// ```
+/// use blockwire_core::Op;
+/// assert_eq!(Op::Read.to_string(), "READ");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub enum Op {
+    /// Local blocks are copied into the remote peer's blocks.
+    Write,
+    /// Remote blocks are copied into local blocks.
+    Read,
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Op::Write => "WRITE",
+            Op::Read => "READ",
+        })
+    }
+}
+
+/// How `cancel` treats a transfer that may still be moving bytes.
+///
+/// ```
+/// use blockwire_core::CancelMode;
+/// assert_ne!(CancelMode::Immediate, CancelMode::Wait);
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
+pub enum CancelMode {
+    /// Stop tracking each known id at once and return `[]`. The backend may keep moving bytes
+    /// of those transfers for a while; its resources are released once it stops.
+    #[default]
+    Immediate,
+    /// Release only transfers that have stopped. A still-running transfer stays tracked and
+    /// its id is returned; it surfaces later through `poll` as done or failed. Once an id is no
+    /// longer returned, no byte of it lands afterwards.
+    Wait,
+}
+
+/// Why a transfer failed.
+///
+/// ```
+/// use blockwire_core::FailureReason;
+/// let r = FailureReason::RemoteDisconnect("peer process exited".into());
+/// assert!(r.is_remote_disconnect());
+/// assert_eq!(r.to_string(), "remote disconnect: peer process exited");
+/// ```
+#[non_exhaustive]
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum FailureReason {
+    /// The peer was removed (or replaced by a newer registration) while the transfer ran.
+    PeerRemoved,
+    /// The remote side went away: process exited, region deregistered, link lost.
+    RemoteDisconnect(String),
+    /// The transfer stopped early because it was asked to (cancel, remove, close).
+    Aborted,
+    /// The backend reported an error for this transfer, or checking its state failed.
+    Backend(String),
+}
+
+impl FailureReason {
+    /// Whether this is a [`FailureReason::RemoteDisconnect`].
+    ///
+    /// ```
+    /// # use blockwire_core::FailureReason;
+    /// assert!(!FailureReason::Aborted.is_remote_disconnect());
+    /// ```
+    pub fn is_remote_disconnect(&self) -> bool {
+        matches!(self, FailureReason::RemoteDisconnect(_))
+    }
+}
+
+impl fmt::Display for FailureReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FailureReason::PeerRemoved => f.write_str("peer removed"),
+            FailureReason::RemoteDisconnect(m) => write!(f, "remote disconnect: {m}"),
+            FailureReason::Aborted => f.write_str("aborted"),
+            FailureReason::Backend(m) => write!(f, "backend error: {m}"),
+        }
+    }
+}
+
+/// What a backend says about one posted transfer.
+///
+/// ```
+/// use blockwire_core::{FailureReason, XferState};
+/// assert!(XferState::Done.is_terminal());
+/// assert!(XferState::Failed(FailureReason::Aborted).is_terminal());
+/// assert!(!XferState::Running.is_terminal());
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum XferState {
+    /// Still queued or moving bytes.
+    Running,
+    /// Every byte is at the target (remote completion, not merely local).
+    Done,
+    /// Stopped with an error.
+    Failed(FailureReason),
+}
+
+impl XferState {
+    /// Done or failed.
+    ///
+    /// ```
+    /// # use blockwire_core::XferState;
+    /// assert!(XferState::Done.is_terminal());
+    /// ```
+    pub fn is_terminal(&self) -> bool {
+        !matches!(self, XferState::Running)
+    }
+}
+
+/// The transfers one `poll` drained.
+///
+/// ```
+/// use blockwire_core::{PollResult, TransferId};
+/// let r = PollResult::default();
+/// assert!(r.is_empty());
+/// assert_eq!(r.len(), 0);
+/// assert!(r.ids().eq(std::iter::empty::<TransferId>()));
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug, Default)]
+pub struct PollResult {
+    /// Transfers whose bytes are all at the target, in id order.
+    pub done: Vec<TransferId>,
+    /// Transfers that stopped with an error, with the reason, in id order.
+    pub failed: Vec<(TransferId, FailureReason)>,
+}
+
+impl PollResult {
+    /// No transfer finished.
+    ///
+    /// ```
+    /// # use blockwire_core::PollResult;
+    /// assert!(PollResult::default().is_empty());
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.done.is_empty() && self.failed.is_empty()
+    }
+
+    /// How many transfers finished (done plus failed).
+    ///
+    /// ```
+    /// # use blockwire_core::{PollResult, TransferId};
+    /// let r = PollResult { done: vec![TransferId(1)], failed: vec![] };
+    /// assert_eq!(r.len(), 1);
+    /// ```
+    pub fn len(&self) -> usize {
+        self.done.len() + self.failed.len()
+    }
+
+    /// Every finished id, done first, then failed.
+    ///
+    /// ```
+    /// # use blockwire_core::{FailureReason, PollResult, TransferId};
+    /// let r = PollResult {
+    ///     done: vec![TransferId(2)],
+    ///     failed: vec![(TransferId(1), FailureReason::Aborted)],
+    /// };
+    /// assert_eq!(r.ids().collect::<Vec<_>>(), vec![TransferId(2), TransferId(1)]);
+    /// ```
+    pub fn ids(&self) -> impl Iterator<Item = TransferId> + '_ {
+        self.done
+            .iter()
+            .copied()
+            .chain(self.failed.iter().map(|(id, _)| *id))
+    }
+
+    /// Appends another result.
+    ///
+    /// ```
+    /// # use blockwire_core::{PollResult, TransferId};
+    /// let mut a = PollResult { done: vec![TransferId(1)], failed: vec![] };
+    /// a.extend(PollResult { done: vec![TransferId(2)], failed: vec![] });
+    /// assert_eq!(a.done.len(), 2);
+    /// ```
+    pub fn extend(&mut self, other: PollResult) {
+        self.done.extend(other.done);
+        self.failed.extend(other.failed);
+    }
+}
