@@ -1,1 +1,120 @@
+//! # blockwire-conformance: the shared suite every backend passes
+//!
+//! The contract's cases are written once, as plain generic functions over a [`Fixture`], and
+//! turned into named tests by [`trials`]: one `libtest` trial per case and fixture, named
+//! `<fixture>::<group>::<case>`. Every backend runs them twice: as it is ([`Plain`]) and
+//! wrapped in [`FaultyBackend`] ([`Faulty`], named `<backend>+faults`), which injects the
+//! faults the contract must survive (a registration held open, a transfer held running, the
+//! Nth post failing, failing state checks, release reporting busy, a remote disconnect) on top
+//! of real transfers moving real bytes.
+//!
+//! A case that needs something a fixture lacks (fault injection, READ) is reported as
+//! ignored with the reason, never as passed.
+//!
+//! Run it for the backends compiled in: `cargo test -p blockwire-conformance`. An out-of-tree
+//! backend runs it from its own test with `harness = false`:
+//!
+//! ```no_run
+//! use blockwire_conformance::{trials, Faulty, Plain, ShmFactory};
+//! let args = libtest_mimic::Arguments::from_args();
+//! let mut all = trials(Plain(ShmFactory::default()));
+//! all.extend(trials(Faulty(ShmFactory::default())));
+//! libtest_mimic::run(&args, all).exit();
+//! ```
 
+mod cases;
+mod fault;
+mod fixture;
+#[cfg(feature = "shm")]
+pub mod peer;
+pub mod support;
+
+use std::sync::Arc;
+
+use blockwire::Transport;
+use libtest_mimic::{Completion, Trial};
+
+pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
+#[cfg(feature = "shm")]
+pub use fixture::ShmFactory;
+pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
+
+/// What a case needs from a fixture; without it the case is reported as ignored.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    /// Fault injection (a [`Faulty`] fixture).
+    pub faults: bool,
+    /// READ support.
+    pub read: bool,
+}
+
+/// One case of the suite.
+pub struct Case<F> {
+    /// Group (`data`, `cancel`, ...).
+    pub group: &'static str,
+    /// Case name.
+    pub name: &'static str,
+    /// What it needs.
+    pub needs: Needs,
+    /// The case; it fails by panicking.
+    pub run: fn(&F),
+}
+
+/// Every case of the suite, for fixture `F`.
+///
+/// ```
+/// use blockwire_conformance::{cases, Plain, ShmFactory};
+/// let all = cases::<Plain<ShmFactory>>();
+/// assert!(all.iter().any(|c| c.group == "cancel"));
+/// ```
+pub fn cases<F: Fixture>() -> Vec<Case<F>> {
+    cases::all::<F>()
+}
+
+/// The suite's trials for `fixture`, ready for `libtest_mimic::run`.
+///
+/// ```
+/// use blockwire_conformance::{trials, Faulty, ShmFactory};
+/// let t = trials(Faulty(ShmFactory::default()));
+/// assert!(t.iter().any(|t| t.name() == "shm+faults::cancel::wait_keeps_running_transfer"));
+/// ```
+pub fn trials<F: Fixture>(fixture: F) -> Vec<Trial> {
+    let fixture = Arc::new(fixture);
+    let name = fixture.name();
+    cases::all::<F>()
+        .into_iter()
+        .map(|case| {
+            let fx = fixture.clone();
+            Trial::ignorable_test(
+                format!("{name}::{}::{}", case.group, case.name),
+                move || {
+                    if let Some(reason) = skip_reason(&*fx, case.needs) {
+                        return Ok(Completion::ignored_with(reason));
+                    }
+                    (case.run)(&fx);
+                    Ok(Completion::Completed)
+                },
+            )
+        })
+        .collect()
+}
+
+fn skip_reason<F: Fixture>(fx: &F, needs: Needs) -> Option<String> {
+    // A fixture that cannot open a transport fails every case; it is never "skipped".
+    let probe = fx
+        .open(&Spec::new(1, 64))
+        .unwrap_or_else(|e| panic!("{}: opening a transport: {e}", fx.name()));
+    if needs.faults && probe.faults.is_none() {
+        return Some(format!(
+            "needs fault injection; runs under {}+faults",
+            fx.name()
+        ));
+    }
+    if needs.read && !probe.transport.capabilities().read {
+        return Some(format!(
+            "backend {} has no READ",
+            probe.transport.backend_kind()
+        ));
+    }
+    None
+}

@@ -38,6 +38,9 @@ use peers::{PeerConn, PeerTable, Publish};
 pub struct BlockTransport<B: Backend> {
     shared: Arc<Shared<B>>,
     jobs: Mutex<Option<Sender<Job>>>,
+    /// Close drains the queue through this, so queued registrations resolve `Closed` at once
+    /// even while the worker is stuck in a slow connect.
+    queued: Receiver<Job>,
     worker: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -100,9 +103,10 @@ impl<B: Backend> BlockTransport<B> {
         });
         let (tx, rx) = crossbeam_channel::unbounded();
         let worker_shared = shared.clone();
+        let worker_rx = rx.clone();
         let worker = std::thread::Builder::new()
             .name(format!("blockwire-{}-reg", shared.backend.kind()))
-            .spawn(move || registration_worker(worker_shared, rx))
+            .spawn(move || registration_worker(worker_shared, worker_rx))
             .map_err(|e| Error::Region(format!("spawning the registration worker: {e}")))?;
         tracing::debug!(
             backend = shared.backend.kind(),
@@ -113,6 +117,7 @@ impl<B: Backend> BlockTransport<B> {
         Ok(BlockTransport {
             shared,
             jobs: Mutex::new(Some(tx)),
+            queued: rx,
             worker: Mutex::new(Some(worker)),
         })
     }
@@ -401,6 +406,10 @@ impl<B: Backend> Transport for BlockTransport<B> {
         // 1. No more registrations: the worker finishes the one it runs (it will not publish),
         //    resolves the queued ones as `Closed`, and exits.
         drop(self.jobs.lock().take());
+        while let Ok(job) = self.queued.try_recv() {
+            s.peers.lock().finish(&job.peer, job.generation, None);
+            job.resolver.resolve(Err(Error::Closed));
+        }
         if let Some(worker) = self.worker.lock().take() {
             while !worker.is_finished() && Instant::now() < deadline {
                 std::thread::sleep(Duration::from_millis(1));

@@ -1,0 +1,135 @@
+//! Close: idempotent, bounded, and never frees memory under a running transfer.
+
+use std::time::{Duration, Instant};
+
+use blockwire::{Error, Transport};
+use blockwire_core::PeerId;
+
+use crate::Fixture;
+use crate::fixture::Spec;
+use crate::support::{TIMEOUT, connect, faults, open};
+
+/// Close twice: both `Ok`.
+pub(crate) fn idempotent<F: Fixture>(fx: &F) {
+    let a = open(fx, &Spec::new(2, 4096)).transport;
+    assert_eq!(a.close(), Ok(()));
+    assert_eq!(a.close(), Ok(()));
+    assert!(a.is_closed());
+}
+
+/// Close with large transfers in flight returns within its bound and leaves no handle and no
+/// peer behind.
+pub(crate) fn with_transfers_in_flight<F: Fixture>(fx: &F) {
+    let n = 32u32;
+    let spec = Spec::new(n, 1 << 20);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(&a, "b", &b);
+    let blocks: Vec<u32> = (0..n).collect();
+    for _ in 0..4 {
+        a.write_blocks(&peer, &blocks, &blocks).expect("write");
+    }
+    let started = Instant::now();
+    a.close().expect("close");
+    assert!(started.elapsed() < spec.close_timeout + Duration::from_secs(1));
+    assert_eq!(a.backend_stats().live_transfers, 0);
+    assert_eq!(a.backend_stats().connected_peers, 0);
+}
+
+/// Close waits for a transfer that cannot be stopped, then frees it.
+pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(a, "b", &b);
+    let plan = faults(&o);
+    plan.hold_transfers();
+    a.write_blocks(&peer, &[0], &[0]).expect("write");
+    let started = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(200));
+            plan.release_transfers();
+        });
+        a.close().expect("close");
+    });
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(200),
+        "close returned after {waited:?}"
+    );
+    assert!(
+        waited < spec.close_timeout,
+        "close hit its timeout: {waited:?}"
+    );
+    assert_eq!(plan.live_transfers(), 0);
+    assert_eq!(plan.connected_peers(), 0);
+}
+
+/// At the deadline close gives up: it returns, logs, and leaks the running transfer (and the
+/// memory under it) instead of freeing it.
+pub(crate) fn forced_after_timeout_leaks_not_frees<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_millis(200));
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &Spec::new(4, 4096)).transport;
+    let peer = connect(a, "b", &b);
+    let plan = faults(&o);
+    plan.hold_transfers();
+    a.write_blocks(&peer, &[0], &[0]).expect("write");
+    let started = Instant::now();
+    a.close().expect("close");
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(3),
+        "{took:?}"
+    );
+    assert_eq!(plan.live_transfers(), 1, "a running transfer was released");
+    assert_eq!(
+        plan.connected_peers(),
+        1,
+        "the peer was freed under a running transfer"
+    );
+    assert_eq!(a.write_blocks(&peer, &[0], &[0]), Err(Error::Closed));
+}
+
+/// Close resolves every registration: queued ones at once (`Closed`), the one in connect when
+/// it returns (`Closed`); none is published.
+pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_millis(200));
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &Spec::new(4, 4096)).transport;
+    let desc = b.descriptor().expect("descriptor");
+    let plan = faults(&o);
+    plan.hold_registrations();
+    let connecting = a.add_remote_peer_async(&PeerId::from("b1"), &desc);
+    assert!(plan.wait_connects_started(1, TIMEOUT));
+    let queued = a.add_remote_peer_async(&PeerId::from("b2"), &desc);
+    a.close().expect("close");
+    let queued = queued.wait_timeout(Duration::from_secs(2));
+    assert!(matches!(queued, Ok(Err(Error::Closed))), "{queued:?}");
+    plan.release_registrations();
+    assert_eq!(connecting.wait(), Err(Error::Closed));
+    assert!(a.peers().is_empty());
+    crate::support::eventually("the late connection is released", || {
+        plan.connected_peers() == 0
+    });
+}
+
+/// Dropping a transport closes it: its peers and transfers are released.
+pub(crate) fn drop_closes<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 64 * 1024);
+    let o = open(fx, &spec);
+    let plan = faults(&o).clone();
+    let b = open(fx, &spec).transport;
+    let peer = connect(&o.transport, "b", &b);
+    for i in 0..4 {
+        o.transport.write_blocks(&peer, &[i], &[i]).expect("write");
+    }
+    assert_eq!(plan.connected_peers(), 1);
+    drop(o);
+    assert_eq!(plan.connected_peers(), 0);
+    assert_eq!(plan.live_transfers(), 0);
+}

@@ -1,0 +1,137 @@
+//! Failures are terminal and bounded: never stuck, never a hang.
+
+use std::time::{Duration, Instant};
+
+use blockwire::{BackendErrorKind, Error, FailureReason, Transport};
+
+use crate::Fixture;
+use crate::fixture::Spec;
+use crate::support::{connect, faults, open, wait_done, wait_for};
+
+/// A state check that fails is a terminal failure with its reason, not a transfer stuck
+/// running.
+pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(a, "b", &b);
+    faults(&o).fail_state_checks(true);
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    let seen = wait_for(a, Some(&peer), &[id]);
+    match &seen[&id] {
+        Err(FailureReason::Backend(m)) => assert!(m.contains("injected"), "{m}"),
+        other => panic!("expected a backend failure, got {other:?}"),
+    }
+    faults(&o).fail_state_checks(false);
+    let id = a.write_blocks(&peer, &[1], &[1]).expect("write");
+    wait_done(a, &peer, &[id]);
+}
+
+/// A remote disconnect fails the peer's running transfers within a bounded time, with its own
+/// reason, and later posts fail at submit.
+pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(a, "b", &b);
+    let plan = faults(&o);
+    plan.hold_transfers();
+    let ids = [
+        a.write_blocks(&peer, &[0], &[0]).expect("write"),
+        a.write_blocks(&peer, &[1], &[1]).expect("write"),
+    ];
+    let started = Instant::now();
+    plan.disconnect(true);
+    let seen = wait_for(a, Some(&peer), &ids);
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    for id in ids {
+        assert!(
+            matches!(&seen[&id], Err(r) if r.is_remote_disconnect()),
+            "transfer {id}: {:?}",
+            seen[&id]
+        );
+    }
+    match a.write_blocks(&peer, &[2], &[2]) {
+        Err(Error::Submit { source, .. }) => {
+            assert_eq!(source.kind(), BackendErrorKind::RemoteDisconnect)
+        }
+        other => panic!("post to a disconnected peer: {other:?}"),
+    }
+    plan.disconnect(false);
+    plan.release_transfers();
+    assert_eq!(a.backend_stats().live_transfers, 0);
+}
+
+/// The real thing: the peer transport closes while large transfers to it run. Every transfer
+/// is reported within a bounded time, done (finished first) or failed as a remote disconnect;
+/// nothing hangs.
+pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
+    let n = 16u32;
+    let spec = Spec::new(n, 1 << 20);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(&a, "b", &b);
+    let blocks: Vec<u32> = (0..n).collect();
+    let ids: Vec<_> = (0..4)
+        .map(|_| a.write_blocks(&peer, &blocks, &blocks).expect("write"))
+        .collect();
+    let started = Instant::now();
+    b.close().expect("close remote");
+    drop(b);
+    let seen = wait_for(&a, Some(&peer), &ids);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        started.elapsed()
+    );
+    for (id, outcome) in &seen {
+        assert!(
+            matches!(outcome, Ok(()) | Err(FailureReason::RemoteDisconnect(_))),
+            "transfer {id}: {outcome:?}"
+        );
+    }
+    // Later: refused at submit, or failed as a disconnect; never done, never stuck.
+    match a.write_blocks(&peer, &[0], &[0]) {
+        Err(Error::Submit { source, .. }) => {
+            assert_eq!(source.kind(), BackendErrorKind::RemoteDisconnect)
+        }
+        Ok(id) => {
+            let seen = wait_for(&a, Some(&peer), &[id]);
+            assert!(
+                matches!(&seen[&id], Err(r) if r.is_remote_disconnect()),
+                "{seen:?}"
+            );
+        }
+        Err(e) => panic!("write to a closed peer: {e}"),
+    }
+}
+
+/// A post the backend refuses is an error with context and leaves nothing tracked.
+pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(a, "b", &b);
+    faults(&o).fail_nth_post(2);
+    let first = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    match a.write_blocks(&peer, &[1], &[1]) {
+        Err(Error::Submit {
+            source, peer: p, ..
+        }) => {
+            assert_eq!(source.kind(), BackendErrorKind::Injected);
+            assert_eq!(p, peer);
+        }
+        other => panic!("expected the injected submit failure, got {other:?}"),
+    }
+    let third = a.write_blocks(&peer, &[2], &[2]).expect("write");
+    assert!(third.get() > first.get());
+    wait_done(a, &peer, &[first, third]);
+    assert_eq!(a.backend_stats().live_transfers, 0);
+}

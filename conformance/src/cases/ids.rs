@@ -1,0 +1,71 @@
+//! Transfer ids: unique, increasing, reported exactly once.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use blockwire::{CancelMode, Transport};
+
+use crate::Fixture;
+use crate::fixture::Spec;
+use crate::support::{Outcomes, connect, open, poll_for, record, wait_for};
+
+/// Ids are unique and increase across writes to different peers.
+pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
+    let spec = Spec::new(8, 4096);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let c = open(fx, &spec).transport;
+    let pb = connect(&a, "b", &b);
+    let pc = connect(&a, "c", &c);
+    let mut ids = Vec::new();
+    for i in 0..40u32 {
+        let peer = if i % 2 == 0 { &pb } else { &pc };
+        ids.push(
+            a.write_blocks(peer, &[i % 8], &[(i / 2) % 8])
+                .expect("write"),
+        );
+    }
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids not increasing: {ids:?}"
+    );
+    let seen = wait_for(&a, None, &ids);
+    assert_eq!(seen.len(), ids.len());
+}
+
+/// Every id is reported once, whether done, failed or taken by a cancel, and never again.
+pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
+    let spec = Spec::new(32, 256 * 1024);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(&a, "b", &b);
+    let ids: Vec<_> = (0..30u32)
+        .map(|i| a.write_blocks(&peer, &[i % 32], &[i]).expect("write"))
+        .collect();
+    let immediate: Vec<_> = ids.iter().copied().step_by(3).collect();
+    assert!(
+        a.cancel(&immediate, CancelMode::Immediate)
+            .expect("cancel")
+            .is_empty()
+    );
+    let waited: Vec<_> = ids.iter().copied().skip(1).step_by(3).collect();
+    let still = a.cancel(&waited, CancelMode::Wait).expect("cancel");
+    let taken: HashSet<_> = immediate
+        .iter()
+        .chain(waited.iter().filter(|id| !still.contains(id)))
+        .copied()
+        .collect();
+    let rest: Vec<_> = ids
+        .iter()
+        .copied()
+        .filter(|id| !taken.contains(id))
+        .collect();
+    let mut seen: Outcomes = wait_for(&a, Some(&peer), &rest);
+    record(&mut seen, a.poll(None).expect("poll"));
+    let again = poll_for(&a, None, Duration::from_millis(100));
+    assert!(again.is_empty(), "ids reported again: {again:?}");
+    for id in &ids {
+        let n = usize::from(taken.contains(id)) + usize::from(seen.contains_key(id));
+        assert_eq!(n, 1, "id {id} accounted {n} times");
+    }
+}

@@ -1,0 +1,61 @@
+//! Removing a peer: transfers in flight are not lost, and its resources outlive them.
+
+use std::time::Duration;
+
+use blockwire::{Error, FailureReason, Transport};
+
+use crate::Fixture;
+use crate::fixture::Spec;
+use crate::support::{connect, faults, open, poll_for, wait_done, wait_for};
+
+/// Transfers running at remove surface as failed (peer removed) once they stop; the backend
+/// keeps the peer connected until then.
+pub(crate) fn transfers_in_flight_fail_as_removed<F: Fixture>(fx: &F) {
+    let spec = Spec::new(8, 4096);
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(a, "b", &b);
+    let plan = faults(&o);
+    plan.hold_transfers();
+    let ids: Vec<_> = (0..3)
+        .map(|i| a.write_blocks(&peer, &[i], &[i]).expect("write"))
+        .collect();
+    a.remove_remote_peer(&peer).expect("remove");
+    assert!(a.peers().is_empty());
+    assert_eq!(
+        a.backend_stats().connected_peers,
+        1,
+        "peer freed under running transfers"
+    );
+    assert!(poll_for(a, Some(&peer), Duration::from_millis(50)).is_empty());
+    plan.release_transfers();
+    let seen = wait_for(a, Some(&peer), &ids);
+    for id in &ids {
+        assert_eq!(seen[id], Err(FailureReason::PeerRemoved), "transfer {id}");
+    }
+    assert_eq!(a.backend_stats().connected_peers, 0);
+    assert_eq!(a.backend_stats().live_transfers, 0);
+}
+
+/// Removing a peer that is neither published nor being registered is an error.
+pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
+    let a = open(fx, &Spec::new(2, 4096)).transport;
+    assert_eq!(
+        a.remove_remote_peer(&"nobody".into()),
+        Err(Error::UnknownPeer("nobody".into()))
+    );
+}
+
+/// A removed peer can be added again and used.
+pub(crate) fn then_add_again<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let peer = connect(&a, "b", &b);
+    a.remove_remote_peer(&peer).expect("remove");
+    assert_eq!(a.backend_stats().connected_peers, 0);
+    connect(&a, "b", &b);
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    wait_done(&a, &peer, &[id]);
+}

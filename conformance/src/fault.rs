@@ -1,0 +1,356 @@
+//! [`FaultyBackend`]: wraps any backend and injects the faults the contract must survive.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendStats, BlockIndex, Capabilities, FailureReason,
+    Op, PeerDescriptor, XferState,
+};
+use parking_lot::{Condvar, Mutex};
+
+/// The switches of one [`FaultyBackend`]. Cheap to clone; every clone controls the same
+/// backend.
+///
+/// ```
+/// use blockwire_conformance::FaultPlan;
+/// let plan = FaultPlan::new();
+/// plan.fail_nth_post(2);
+/// plan.hold_transfers();
+/// plan.release_transfers();
+/// assert_eq!(plan.connected_peers(), 0);
+/// ```
+#[derive(Clone, Default)]
+pub struct FaultPlan(Arc<Plan>);
+
+#[derive(Default)]
+struct Plan {
+    registrations_held: Mutex<bool>,
+    registrations_cv: Condvar,
+    connects_started: AtomicUsize,
+    transfers_held: AtomicBool,
+    posts: AtomicU64,
+    fail_post_at: AtomicU64,
+    fail_state: AtomicBool,
+    release_busy: AtomicBool,
+    disconnected: AtomicBool,
+    connected: AtomicUsize,
+    live: AtomicUsize,
+}
+
+impl FaultPlan {
+    /// A plan with every fault off.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// assert_eq!(plan.live_transfers(), 0);
+    /// ```
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// From now on, `connect` blocks until [`FaultPlan::release_registrations`]: a
+    /// registration stays in flight as long as a test needs.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.hold_registrations();
+    /// plan.release_registrations();
+    /// ```
+    pub fn hold_registrations(&self) {
+        *self.0.registrations_held.lock() = true;
+    }
+
+    /// Lets held and later connects through.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().release_registrations();
+    /// ```
+    pub fn release_registrations(&self) {
+        *self.0.registrations_held.lock() = false;
+        self.0.registrations_cv.notify_all();
+    }
+
+    /// Waits until `n` connects have started in total (so a registration is surely inside the
+    /// backend); false on timeout.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// assert!(plan.wait_connects_started(0, std::time::Duration::ZERO));
+    /// ```
+    pub fn wait_connects_started(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.0.connects_started.load(Ordering::SeqCst) < n {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Transfers posted from now on report running, refuse release and ignore abort until
+    /// [`FaultPlan::release_transfers`] (whatever the inner backend did with them): a
+    /// transfer a library cannot stop.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().hold_transfers();
+    /// ```
+    pub fn hold_transfers(&self) {
+        self.0.transfers_held.store(true, Ordering::SeqCst);
+    }
+
+    /// Lets held transfers report their real state.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().release_transfers();
+    /// ```
+    pub fn release_transfers(&self) {
+        self.0.transfers_held.store(false, Ordering::SeqCst);
+    }
+
+    /// The `n`th post from now (1 = the next) fails with an injected error; 0 disarms.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().fail_nth_post(1);
+    /// ```
+    pub fn fail_nth_post(&self, n: u64) {
+        let at = if n == 0 {
+            0
+        } else {
+            self.0.posts.load(Ordering::SeqCst) + n
+        };
+        self.0.fail_post_at.store(at, Ordering::SeqCst);
+    }
+
+    /// While on, every state check fails (a terminal failure with an injected reason).
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().fail_state_checks(false);
+    /// ```
+    pub fn fail_state_checks(&self, on: bool) {
+        self.0.fail_state.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, every release reports busy.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().release_busy(false);
+    /// ```
+    pub fn release_busy(&self, on: bool) {
+        self.0.release_busy.store(on, Ordering::SeqCst);
+    }
+
+    /// Simulates a remote disconnect of every peer: their transfers fail with
+    /// [`FailureReason::RemoteDisconnect`] (the inner transfer is aborted) and posts fail;
+    /// `false` heals.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().disconnect(false);
+    /// ```
+    pub fn disconnect(&self, on: bool) {
+        self.0.disconnected.store(on, Ordering::SeqCst);
+    }
+
+    /// Peers connected through the wrapper and not yet disconnected (survives the transport).
+    ///
+    /// ```
+    /// assert_eq!(blockwire_conformance::FaultPlan::new().connected_peers(), 0);
+    /// ```
+    pub fn connected_peers(&self) -> usize {
+        self.0.connected.load(Ordering::SeqCst)
+    }
+
+    /// Transfers posted through the wrapper and not yet released (survives the transport).
+    ///
+    /// ```
+    /// assert_eq!(blockwire_conformance::FaultPlan::new().live_transfers(), 0);
+    /// ```
+    pub fn live_transfers(&self) -> usize {
+        self.0.live.load(Ordering::SeqCst)
+    }
+}
+
+/// A backend wrapper that injects faults on command ([`FaultPlan`]) and otherwise forwards to
+/// the real backend, so the faults land on real transfers moving real bytes. A fake for fault
+/// injection in the suite, never a backend of its own.
+///
+/// ```
+/// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+/// use blockwire_conformance::{FaultPlan, FaultyBackend};
+/// let plan = FaultPlan::new();
+/// let p = plan.clone();
+/// let t = BlockTransport::open_with(Region::new(2, 64)?, TransportOptions::default(), |s, o| {
+///     // SAFETY: `s` is the region the transport owns; it outlives the backend.
+///     let inner = unsafe { blockwire_shm::ShmBackend::open(s, o)? };
+///     Ok(FaultyBackend::new(inner, p))
+/// })?;
+/// assert_eq!(t.backend_kind(), "shm");
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+pub struct FaultyBackend<B: Backend> {
+    inner: B,
+    plan: FaultPlan,
+}
+
+/// A peer of a [`FaultyBackend`].
+pub struct FaultyPeer<P> {
+    inner: P,
+    _counted: Counted,
+}
+
+/// A transfer of a [`FaultyBackend`].
+pub struct FaultyXfer<X> {
+    inner: X,
+    /// Posted while transfers were held.
+    held: bool,
+    _counted: Counted,
+}
+
+struct Counted(FaultPlan, fn(&Plan) -> &AtomicUsize);
+
+impl Counted {
+    fn new(plan: &FaultPlan, which: fn(&Plan) -> &AtomicUsize) -> Self {
+        which(&plan.0).fetch_add(1, Ordering::SeqCst);
+        Counted(plan.clone(), which)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        (self.1)(&self.0.0).fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl<B: Backend> FaultyBackend<B> {
+    /// Wraps `inner`, controlled by `plan`.
+    ///
+    /// ```
+    /// # use blockwire_conformance::{FaultPlan, FaultyBackend};
+    /// # fn wrap<B: blockwire_core::Backend>(b: B) -> FaultyBackend<B> {
+    /// FaultyBackend::new(b, FaultPlan::new())
+    /// # }
+    /// ```
+    pub fn new(inner: B, plan: FaultPlan) -> Self {
+        FaultyBackend { inner, plan }
+    }
+
+    fn held<X>(&self, x: &FaultyXfer<X>) -> bool {
+        x.held && self.plan.0.transfers_held.load(Ordering::SeqCst)
+    }
+
+    fn disconnected(&self) -> bool {
+        self.plan.0.disconnected.load(Ordering::SeqCst)
+    }
+}
+
+impl<B: Backend> Backend for FaultyBackend<B> {
+    type Peer = FaultyPeer<B::Peer>;
+    type Xfer = FaultyXfer<B::Xfer>;
+
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+
+    fn address(&self) -> Vec<u8> {
+        self.inner.address()
+    }
+
+    fn connect(&self, remote: &PeerDescriptor) -> Result<Self::Peer, BackendError> {
+        self.plan.0.connects_started.fetch_add(1, Ordering::SeqCst);
+        {
+            let mut held = self.plan.0.registrations_held.lock();
+            while *held {
+                self.plan.0.registrations_cv.wait(&mut held);
+            }
+        }
+        let inner = self.inner.connect(remote)?;
+        Ok(FaultyPeer {
+            inner,
+            _counted: Counted::new(&self.plan, |p| &p.connected),
+        })
+    }
+
+    fn disconnect(&self, peer: Self::Peer) {
+        self.inner.disconnect(peer.inner);
+    }
+
+    fn post(
+        &self,
+        peer: &Self::Peer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<Self::Xfer, BackendError> {
+        let n = self.plan.0.posts.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.plan.0.fail_post_at.load(Ordering::SeqCst) == n {
+            return Err(BackendError::new(
+                BackendErrorKind::Injected,
+                format!("injected: post #{n} fails"),
+            ));
+        }
+        if self.disconnected() {
+            return Err(BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                "injected: peer disconnected",
+            ));
+        }
+        let inner = self.inner.post(&peer.inner, op, local, remote)?;
+        Ok(FaultyXfer {
+            inner,
+            held: self.plan.0.transfers_held.load(Ordering::SeqCst),
+            _counted: Counted::new(&self.plan, |p| &p.live),
+        })
+    }
+
+    fn state(&self, xfer: &mut Self::Xfer) -> XferState {
+        if self.disconnected() {
+            self.inner.abort(&mut xfer.inner);
+            return XferState::Failed(FailureReason::RemoteDisconnect(
+                "injected: peer disconnected".into(),
+            ));
+        }
+        if self.held(xfer) {
+            return XferState::Running;
+        }
+        if self.plan.0.fail_state.load(Ordering::SeqCst) {
+            return XferState::Failed(FailureReason::Backend(
+                "injected: state check failed".into(),
+            ));
+        }
+        self.inner.state(&mut xfer.inner)
+    }
+
+    fn abort(&self, xfer: &mut Self::Xfer) {
+        if !self.held(xfer) {
+            self.inner.abort(&mut xfer.inner);
+        }
+    }
+
+    fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer> {
+        if self.plan.0.release_busy.load(Ordering::SeqCst)
+            || (self.held(&xfer) && !self.disconnected())
+        {
+            return Err(xfer);
+        }
+        let FaultyXfer {
+            inner,
+            held,
+            _counted,
+        } = xfer;
+        self.inner.release(inner).map_err(|inner| FaultyXfer {
+            inner,
+            held,
+            _counted,
+        })
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.inner.stats()
+    }
+}

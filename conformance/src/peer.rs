@@ -1,0 +1,298 @@
+//! Cross-process testing: a peer process ([`serve`], the `blockwire-peer` binary) and the
+//! driver a test runs against it ([`drive`]).
+//!
+//! The peer opens a transport, fills its blocks with [`pattern`]`(seed, i)`, prints its
+//! descriptor, then answers commands on stdin, one per line:
+//!
+//! | command | reply |
+//! |---|---|
+//! | `VERIFY <seed> <r>:<l>,...` | `OK` if block `r` holds `pattern(seed, l)` for each pair and every other block its own pattern, else `FAIL <why>` |
+//! | `ADD <name> <hex descriptor>` | `OK` once the peer is registered |
+//! | `WRITE <name> <l>:<r>,...` | `OK` once the write is done |
+//! | `QUIT` | closes and exits 0 |
+//!
+//! Any error is `ERR <message>` and exit status 1.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use blockwire::{
+    AnyTransport, BackendOptions, PeerDescriptor, PeerId, Region, Transport, TransportOptions,
+};
+
+use crate::support::{pattern, wait_done};
+
+type Fallible<T> = Result<T, String>;
+
+fn pairs(list: &str) -> Fallible<Vec<(u32, u32)>> {
+    list.split(',')
+        .map(|p| {
+            let (a, b) = p.split_once(':').ok_or(format!("bad pair {p:?}"))?;
+            Ok((
+                a.parse().map_err(|e| format!("{a:?}: {e}"))?,
+                b.parse().map_err(|e| format!("{b:?}: {e}"))?,
+            ))
+        })
+        .collect()
+}
+
+fn open_transport(backend: &str, blocks: u32, len: usize, opts: &str) -> Fallible<AnyTransport> {
+    let region = Region::new(blocks, len).map_err(|e| e.to_string())?;
+    let backend_opts = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
+    blockwire::open(
+        backend,
+        region,
+        TransportOptions::default().with_backend_options(backend_opts),
+    )
+    .map_err(|e| e.to_string())
+}
+
+/// The peer process's main: `blockwire-peer <backend> <num_blocks> <block_len> <seed>
+/// [backend options k=v,...]`.
+pub fn serve() -> ExitCode {
+    match serve_inner() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            println!("ERR {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve_inner() -> Fallible<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [backend, blocks, len, seed, rest @ ..] = args.as_slice() else {
+        return Err("usage: blockwire-peer BACKEND NUM_BLOCKS BLOCK_LEN SEED [OPTIONS]".into());
+    };
+    let blocks: u32 = blocks.parse().map_err(|e| format!("num_blocks: {e}"))?;
+    let len: usize = len.parse().map_err(|e| format!("block_len: {e}"))?;
+    let seed: u8 = seed.parse().map_err(|e| format!("seed: {e}"))?;
+    let opts = rest.first().map(String::as_str).unwrap_or("");
+    let t = open_transport(backend, blocks, len, opts)?;
+    for i in 0..blocks {
+        t.region()
+            .write_block(i, &pattern(seed, i, len))
+            .map_err(|e| e.to_string())?;
+    }
+    let desc = t.descriptor().map_err(|e| e.to_string())?;
+    let mut out = std::io::stdout().lock();
+    let say = |out: &mut std::io::StdoutLock<'_>, line: &str| -> Fallible<()> {
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .map_err(|e| e.to_string())
+    };
+    say(&mut out, &format!("DESC {}", hex::encode(desc.to_bytes())))?;
+    for line in std::io::stdin().lock().lines() {
+        let line = line.map_err(|e| e.to_string())?;
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["VERIFY", s, list] => {
+                let s: u8 = s.parse().map_err(|e| format!("seed: {e}"))?;
+                let written = pairs(list)?;
+                let mut bad = Vec::new();
+                for i in 0..blocks {
+                    let expect = match written.iter().find(|(r, _)| *r == i) {
+                        Some((_, l)) => pattern(s, *l, len),
+                        None => pattern(seed, i, len),
+                    };
+                    if t.region().block(i).map_err(|e| e.to_string())? != expect {
+                        bad.push(i);
+                    }
+                }
+                if bad.is_empty() {
+                    say(&mut out, "OK")?;
+                } else {
+                    say(
+                        &mut out,
+                        &format!("FAIL blocks {bad:?} hold the wrong bytes"),
+                    )?;
+                }
+            }
+            ["ADD", name, hexdesc] => {
+                let bytes = hex::decode(hexdesc).map_err(|e| e.to_string())?;
+                let d = PeerDescriptor::from_bytes(&bytes).map_err(|e| e.to_string())?;
+                t.add_remote_peer(&PeerId::from(*name), &d)
+                    .map_err(|e| e.to_string())?;
+                say(&mut out, "OK")?;
+            }
+            ["WRITE", name, list] => {
+                let (local, remote): (Vec<u32>, Vec<u32>) = pairs(list)?.into_iter().unzip();
+                let peer = PeerId::from(*name);
+                let id = t
+                    .write_blocks(&peer, &local, &remote)
+                    .map_err(|e| e.to_string())?;
+                wait_done(&t, &peer, &[id]);
+                say(&mut out, "OK")?;
+            }
+            ["QUIT"] => {
+                t.close().map_err(|e| e.to_string())?;
+                return Ok(());
+            }
+            _ => return Err(format!("unknown command {line:?}")),
+        }
+    }
+    Err("stdin closed before QUIT".into())
+}
+
+/// A spawned peer process.
+pub struct PeerProcess {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The peer's descriptor.
+    pub descriptor: PeerDescriptor,
+}
+
+impl PeerProcess {
+    /// Spawns `exe` (the `blockwire-peer` binary) with a region of `blocks` x `len` filled
+    /// with `pattern(seed, i)`.
+    pub fn spawn(
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut child = Command::new(exe)
+            .args([
+                backend,
+                &blocks.to_string(),
+                &len.to_string(),
+                &seed.to_string(),
+                opts,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawning {exe}: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut p = PeerProcess {
+            child,
+            stdin,
+            stdout,
+            descriptor: PeerDescriptor::new("none", vec![], 0, 1, 1, ""),
+        };
+        let line = p.read_line()?;
+        let hexdesc = line
+            .strip_prefix("DESC ")
+            .ok_or(format!("expected DESC, got {line:?}"))?;
+        let bytes = hex::decode(hexdesc).map_err(|e| e.to_string())?;
+        p.descriptor = PeerDescriptor::from_bytes(&bytes).map_err(|e| e.to_string())?;
+        Ok(p)
+    }
+
+    fn read_line(&mut self) -> Fallible<String> {
+        let mut line = String::new();
+        self.stdout
+            .read_line(&mut line)
+            .map_err(|e| format!("reading from the peer: {e}"))?;
+        if line.is_empty() {
+            return Err("the peer closed its output".into());
+        }
+        Ok(line.trim_end().to_owned())
+    }
+
+    /// Sends one command and returns the reply line.
+    pub fn command(&mut self, line: &str) -> Fallible<String> {
+        writeln!(self.stdin, "{line}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("writing to the peer: {e}"))?;
+        self.read_line()
+    }
+
+    /// Sends `QUIT` and waits (bounded) for a successful exit.
+    pub fn quit(mut self) -> Fallible<()> {
+        writeln!(self.stdin, "QUIT").map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("peer exited with {status}"))
+                };
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err("peer did not exit".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for PeerProcess {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The cross-process check for `backend`: this process writes blocks into a spawned peer and
+/// reads others back, the peer verifies every one of its blocks, then the peer writes into this
+/// process. `exe` is the `blockwire-peer` binary.
+pub fn drive(exe: &str, backend: &str, opts: &str) -> Fallible<()> {
+    const BLOCKS: u32 = 32;
+    const LEN: usize = 256 * 1024 + 8;
+    let mut child = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 7, opts)?;
+    let me = open_transport(backend, BLOCKS, LEN, opts)?;
+    for i in 0..BLOCKS {
+        me.region()
+            .write_block(i, &pattern(1, i, LEN))
+            .map_err(|e| e.to_string())?;
+    }
+    let peer = PeerId::from("child");
+    me.add_remote_peer(&peer, &child.descriptor)
+        .map_err(|e| format!("add_remote_peer: {e}"))?;
+    // WRITE four blocks, permuted, one of them twice to two places.
+    let (local, remote) = ([0u32, 1, 2, 3, 3], [10u32, 4, 7, 0, 31]);
+    let id = me
+        .write_blocks(&peer, &local, &remote)
+        .map_err(|e| e.to_string())?;
+    wait_done(&me, &peer, &[id]);
+    // READ two untouched blocks of the child.
+    let id = me
+        .read_blocks(&peer, &[20, 21], &[5, 6])
+        .map_err(|e| e.to_string())?;
+    wait_done(&me, &peer, &[id]);
+    for (l, r) in [(20u32, 5u32), (21, 6)] {
+        if me.region().block(l).map_err(|e| e.to_string())? != pattern(7, r, LEN) {
+            return Err(format!(
+                "READ: local block {l} does not hold the child's block {r}"
+            ));
+        }
+    }
+    let list: Vec<String> = remote
+        .iter()
+        .zip(&local)
+        .map(|(r, l)| format!("{r}:{l}"))
+        .collect();
+    let reply = child.command(&format!("VERIFY 1 {}", list.join(",")))?;
+    if reply != "OK" {
+        return Err(format!("child after WRITE: {reply}"));
+    }
+    // The other direction: the child writes into this process.
+    let desc = hex::encode(me.descriptor().map_err(|e| e.to_string())?.to_bytes());
+    let reply = child.command(&format!("ADD parent {desc}"))?;
+    if reply != "OK" {
+        return Err(format!("child ADD: {reply}"));
+    }
+    let reply = child.command("WRITE parent 8:30,9:29")?;
+    if reply != "OK" {
+        return Err(format!("child WRITE: {reply}"));
+    }
+    for (l, r) in [(30u32, 8u32), (29, 9)] {
+        if me.region().block(l).map_err(|e| e.to_string())? != pattern(7, r, LEN) {
+            return Err(format!(
+                "child WRITE: block {l} does not hold the child's block {r}"
+            ));
+        }
+    }
+    child.quit()?;
+    me.close().map_err(|e| e.to_string())
+}
