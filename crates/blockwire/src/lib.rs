@@ -6,7 +6,7 @@
 //!
 //! - [`Transport`]: the user contract (see its table of rules).
 //! - [`BlockTransport`]: the one implementation of that contract over any
-//!   [`Backend`](blockwire_core::Backend).
+//!   [`Backend`].
 //! - [`AnyTransport`] and [`open`]: a transport chosen by backend name at run time.
 //! - [`Region`]: the local block memory, owned or borrowed from a KV cache.
 //!

@@ -139,14 +139,6 @@ pub enum Error {
         /// The backends this build has.
         available: String,
     },
-    /// The backend exists but this build does not include it.
-    #[error("backend {name:?} is not compiled in; build with cargo feature {feature:?}")]
-    BackendNotCompiled {
-        /// The name asked for.
-        name: String,
-        /// The cargo feature that brings it in.
-        feature: String,
-    },
     /// Opening the backend failed.
     #[error("opening backend {kind}: {source}")]
     Open {
@@ -158,6 +150,14 @@ pub enum Error {
     /// A region could not be made or accessed as asked.
     #[error("region: {0}")]
     Region(String),
+    /// The operating system refused a resource the transport needs (a thread).
+    #[error("{what}: {message}")]
+    Os {
+        /// What was being done.
+        what: &'static str,
+        /// The system's words.
+        message: String,
+    },
 }
 
 /// The class of a [`BackendError`], for callers and the generic layer to act on.

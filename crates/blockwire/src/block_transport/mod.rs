@@ -107,7 +107,10 @@ impl<B: Backend> BlockTransport<B> {
         let worker = std::thread::Builder::new()
             .name(format!("blockwire-{}-reg", shared.backend.kind()))
             .spawn(move || registration_worker(worker_shared, worker_rx))
-            .map_err(|e| Error::Region(format!("spawning the registration worker: {e}")))?;
+            .map_err(|e| Error::Os {
+                what: "spawning the registration worker",
+                message: e.to_string(),
+            })?;
         tracing::debug!(
             backend = shared.backend.kind(),
             num_blocks = shared.region.num_blocks(),
