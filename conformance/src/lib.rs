@@ -27,7 +27,7 @@ mod fault;
 mod fixture;
 #[cfg(feature = "shm")]
 pub mod peer;
-pub mod support;
+mod support;
 
 use std::sync::Arc;
 

@@ -9,6 +9,7 @@
 //! | `VERIFY <seed> <r>:<l>,...` | `OK` if block `r` holds `pattern(seed, l)` for each pair and every other block its own pattern, else `FAIL <why>` |
 //! | `ADD <name> <hex descriptor>` | `OK` once the peer is registered |
 //! | `WRITE <name> <l>:<r>,...` | `OK` once the write is done |
+//! | `DROP` | `OK` once this process gave up access rights: as root it becomes user `nobody`, otherwise it makes itself non-dumpable (so same-user processes without `CAP_SYS_PTRACE` may no longer access its memory) |
 //! | `QUIT` | closes and exits 0 |
 //!
 //! Any error is `ERR <message>` and exit status 1.
@@ -125,6 +126,10 @@ fn serve_inner() -> Fallible<()> {
                 wait_done(&t, &peer, &[id]);
                 say(&mut out, "OK")?;
             }
+            ["DROP"] => {
+                drop_access()?;
+                say(&mut out, "OK")?;
+            }
             ["QUIT"] => {
                 t.close().map_err(|e| e.to_string())?;
                 return Ok(());
@@ -133,6 +138,36 @@ fn serve_inner() -> Fallible<()> {
         }
     }
     Err("stdin closed before QUIT".into())
+}
+
+/// Gives up the rights that let this process reach others' memory, or others reach its own.
+fn drop_access() -> Fallible<()> {
+    // SAFETY: plain syscalls on this process's credentials; no memory is passed.
+    let rc = unsafe {
+        if libc::geteuid() == 0 {
+            let nobody = 65534;
+            if libc::setresgid(nobody, nobody, nobody) != 0 {
+                -1
+            } else {
+                libc::setresuid(nobody, nobody, nobody)
+            }
+        } else {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0)
+        }
+    };
+    if rc != 0 {
+        return Err(format!(
+            "dropping access rights: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// A spawned peer process.

@@ -7,3 +7,46 @@ fn shm_between_two_processes() {
     blockwire_conformance::peer::drive(env!("CARGO_BIN_EXE_blockwire-peer"), "shm", "")
         .expect("cross-process shm");
 }
+
+/// Where the kernel forbids cross-process access, adding the peer fails at once with an error
+/// that says why. As root the peer process becomes `nobody` and tries to reach this (root)
+/// process; otherwise it makes itself non-dumpable and this process tries to reach it.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_forbidden_cross_process_access_is_a_clear_error() {
+    use blockwire::{BackendErrorKind, Error, Region, Transport, TransportOptions};
+    use blockwire_conformance::peer::{PeerProcess, is_root};
+
+    let exe = env!("CARGO_BIN_EXE_blockwire-peer");
+    let mut child = PeerProcess::spawn(exe, "shm", 4, 4096, 3, "").expect("spawn");
+    assert_eq!(child.command("DROP").expect("DROP"), "OK");
+    let me = blockwire::open(
+        "shm",
+        Region::new(4, 4096).expect("region"),
+        TransportOptions::default(),
+    )
+    .expect("open");
+    if is_root() {
+        let desc = hex::encode(me.descriptor().expect("descriptor").to_bytes());
+        let reply = child.command(&format!("ADD parent {desc}")).expect("ADD");
+        assert!(
+            reply.starts_with("ERR"),
+            "an unprivileged peer reached root's memory: {reply}"
+        );
+        assert!(reply.contains("forbids"), "unclear error: {reply}");
+        eprintln!("peer said: {reply}");
+    } else {
+        let err = me
+            .add_remote_peer(&"child".into(), &child.descriptor)
+            .expect_err("reached a non-dumpable process");
+        match &err {
+            Error::Connect { source, .. } => {
+                assert_eq!(source.kind(), BackendErrorKind::PermissionDenied, "{err}");
+                assert!(source.message().contains("forbids"), "unclear error: {err}");
+            }
+            other => panic!("expected a connect error, got {other:?}"),
+        }
+        assert!(me.peers().is_empty());
+        child.quit().expect("quit");
+    }
+}

@@ -47,7 +47,8 @@ impl LiveRegion {
 
     /// Holds the region registered for the duration of one chunk; `None` once deregistered.
     pub(crate) fn pin(&self) -> Option<RwLockReadGuard<'_, bool>> {
-        let guard = self.alive.read_recursive();
+        // A fair read: once `deregister` waits, no new chunk starts.
+        let guard = self.alive.read();
         (*guard).then_some(guard)
     }
 

@@ -222,14 +222,21 @@ impl<B: Backend> Shared<B> {
             !self.closed.load(Ordering::SeqCst) && self.peers.lock().is_current(&peer, generation);
         // The slow part runs under no lock.
         let connected = current.then(|| {
-            self.backend.connect(&desc).map(|p| {
-                Arc::new(PeerConn::new(
-                    peer.clone(),
-                    desc.num_blocks,
-                    p,
-                    self.backend.clone(),
-                ))
-            })
+            // A backend that panics on a peer's input fails this registration, not the worker.
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.backend.connect(&desc)))
+                .unwrap_or_else(|_| {
+                    Err(blockwire_core::BackendError::other(
+                        "the backend panicked while connecting",
+                    ))
+                })
+                .map(|p| {
+                    Arc::new(PeerConn::new(
+                        peer.clone(),
+                        desc.num_blocks,
+                        p,
+                        self.backend.clone(),
+                    ))
+                })
         });
         let conn = connected.as_ref().and_then(|c| c.as_ref().ok()).cloned();
         let publish = {
