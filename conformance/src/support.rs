@@ -134,3 +134,36 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 pub fn settle() {
     std::thread::sleep(Duration::from_millis(30));
 }
+
+/// Two transports of one spec, `b` registered on `a` as peer `"b"`, and `a`'s fault switches
+/// when the fixture injects faults.
+pub struct Pair<T> {
+    /// The side that posts transfers.
+    pub a: T,
+    /// The peer.
+    pub b: T,
+    /// `b`'s id on `a`.
+    pub peer: PeerId,
+    /// `a`'s fault switches.
+    pub faults: Option<FaultPlan>,
+}
+
+impl<T> Pair<T> {
+    /// `a`'s fault switches, or a failed case.
+    pub fn plan(&self) -> &FaultPlan {
+        self.faults
+            .as_ref()
+            .expect("this case needs a fault-injecting fixture")
+    }
+}
+
+/// Opens a [`Pair`].
+pub fn pair<F: Fixture>(fx: &F, spec: &Spec) -> Pair<F::Transport> {
+    let Opened {
+        transport: a,
+        faults,
+    } = open(fx, spec);
+    let b = open(fx, spec).transport;
+    let peer = connect(&a, "b", &b);
+    Pair { a, b, peer, faults }
+}

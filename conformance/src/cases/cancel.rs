@@ -7,14 +7,14 @@ use blockwire_core::TransferId;
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{check_blocks, connect, faults, open, pattern, poll_for, settle, wait_for};
+use crate::support::{
+    Pair, check_blocks, connect, faults, open, pair, pattern, poll_for, settle, wait_for,
+};
 
 /// Immediate returns `[]`; the cancelled ids never appear; unknown ids are ignored.
 pub(crate) fn immediate_forgets_ids<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 64 * 1024);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
     let ids: Vec<_> = (0..6)
         .map(|i| a.write_blocks(&peer, &[i], &[i]).expect("write"))
         .collect();
@@ -35,13 +35,11 @@ pub(crate) fn immediate_forgets_ids<F: Fixture>(fx: &F) {
 /// ignored.
 pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
     let finished = a.write_blocks(&peer, &[1], &[1]).expect("write");
     std::thread::sleep(Duration::from_millis(50));
-    faults(&o).hold_transfers();
+    p.plan().hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
     let unknown = TransferId(u64::MAX);
     let still = a.cancel(&[id, unknown], CancelMode::Wait).expect("cancel");
@@ -54,7 +52,7 @@ pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
     );
     // The finished one is released by a wait cancel (if it really finished) and never reported.
     let finished_still = a.cancel(&[finished], CancelMode::Wait).expect("cancel");
-    faults(&o).release_transfers();
+    p.plan().release_transfers();
     let mut expect = vec![id];
     expect.extend(finished_still);
     wait_for(a, Some(&peer), &expect);
@@ -63,9 +61,7 @@ pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
 /// A transfer that has stopped is released by a wait cancel and never reported.
 pub(crate) fn wait_releases_finished_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
     // A small write finishes in microseconds, but a loaded machine may be slower: retry until
     // one is seen finished by the cancel (a running one is legitimately returned).
     for attempt in 0..50 {
@@ -89,9 +85,7 @@ pub(crate) fn wait_no_late_bytes<F: Fixture>(fx: &F) {
     let n = 32u32;
     let len = 1 << 20;
     let spec = Spec::new(n, len);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     let blocks: Vec<u32> = (0..n).collect();
     for round in 0..6u64 {
         for i in 0..n {
@@ -127,17 +121,15 @@ pub(crate) fn wait_no_late_bytes<F: Fixture>(fx: &F) {
 /// not report it; once release works, the cancel takes it and nothing is reported.
 pub(crate) fn wait_while_release_busy<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    faults(&o).release_busy(true);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    p.plan().release_busy(true);
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(a.cancel(&[id], CancelMode::Wait), Ok(vec![id]));
     assert!(poll_for(a, Some(&peer), Duration::from_millis(50)).is_empty());
     assert_eq!(a.backend_stats().live_transfers, 1);
-    faults(&o).release_busy(false);
+    p.plan().release_busy(false);
     crate::support::eventually("the cancel releases the transfer", || {
         a.cancel(&[id], CancelMode::Wait)
             .expect("cancel")

@@ -7,7 +7,7 @@ use blockwire_core::PeerId;
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{TIMEOUT, connect, faults, open};
+use crate::support::{Pair, TIMEOUT, connect, faults, open, pair};
 
 /// Close twice: both `Ok`.
 pub(crate) fn idempotent<F: Fixture>(fx: &F) {
@@ -22,9 +22,7 @@ pub(crate) fn idempotent<F: Fixture>(fx: &F) {
 pub(crate) fn with_transfers_in_flight<F: Fixture>(fx: &F) {
     let n = 32u32;
     let spec = Spec::new(n, 1 << 20);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
     let blocks: Vec<u32> = (0..n).collect();
     for _ in 0..4 {
         a.write_blocks(&peer, &blocks, &blocks).expect("write");
@@ -39,11 +37,9 @@ pub(crate) fn with_transfers_in_flight<F: Fixture>(fx: &F) {
 /// Close waits for a transfer that cannot be stopped, then frees it.
 pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    let plan = faults(&o);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
     plan.hold_transfers();
     a.write_blocks(&peer, &[0], &[0]).expect("write");
     let started = Instant::now();

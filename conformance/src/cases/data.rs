@@ -4,15 +4,14 @@ use blockwire::Transport;
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{check_blocks, connect, fill_all, open, pattern, wait_done};
+use crate::support::{Pair, check_blocks, fill_all, pair, pattern, wait_done};
 
 /// Blocks written land exactly at their remote indices; every other block on both sides stays.
 pub(crate) fn write_lands_at_remote_index<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 1);
     fill_all(&b, 2);
-    let peer = connect(&a, "b", &b);
     let (local, remote) = ([0, 3, 5, 15], [7, 1, 12, 0]);
     let id = a.write_blocks(&peer, &local, &remote).expect("write");
     wait_done(&a, &peer, &[id]);
@@ -28,10 +27,9 @@ pub(crate) fn write_lands_at_remote_index<F: Fixture>(fx: &F) {
 /// Blocks read land exactly at their local indices; every other block on both sides stays.
 pub(crate) fn read_lands_at_local_index<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 1);
     fill_all(&b, 2);
-    let peer = connect(&a, "b", &b);
     let (local, remote) = ([4, 0, 9], [2, 9, 2]);
     let id = a.read_blocks(&peer, &local, &remote).expect("read");
     wait_done(&a, &peer, &[id]);
@@ -47,10 +45,9 @@ pub(crate) fn read_lands_at_local_index<F: Fixture>(fx: &F) {
 /// One local block may be the source of several remote blocks in one write.
 pub(crate) fn one_local_block_to_many_remote<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 1);
     fill_all(&b, 2);
-    let peer = connect(&a, "b", &b);
     let id = a
         .write_blocks(&peer, &[6, 6, 6], &[0, 8, 15])
         .expect("write");
@@ -65,10 +62,9 @@ pub(crate) fn one_local_block_to_many_remote<F: Fixture>(fx: &F) {
 pub(crate) fn many_small_blocks_in_one_batch<F: Fixture>(fx: &F) {
     let n = 1024u32;
     let spec = Spec::new(n, 1024);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 3);
     fill_all(&b, 4);
-    let peer = connect(&a, "b", &b);
     let local: Vec<u32> = (0..n).collect();
     let remote: Vec<u32> = (0..n).map(|i| (i * 7 + 3) % n).collect();
     let id = a.write_blocks(&peer, &local, &remote).expect("write");
@@ -83,10 +79,9 @@ pub(crate) fn many_small_blocks_in_one_batch<F: Fixture>(fx: &F) {
 pub(crate) fn large_blocks_span_chunks<F: Fixture>(fx: &F) {
     let len = 1_000_003;
     let spec = Spec::new(6, len);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 5);
     fill_all(&b, 6);
-    let peer = connect(&a, "b", &b);
     let id = a
         .write_blocks(&peer, &[0, 1, 2, 3], &[5, 3, 1, 0])
         .expect("write");
@@ -104,10 +99,9 @@ pub(crate) fn large_blocks_span_chunks<F: Fixture>(fx: &F) {
 pub(crate) fn read_large_batch<F: Fixture>(fx: &F) {
     let n = 64u32;
     let spec = Spec::new(n, 64 * 1024);
-    let (a, b) = (open(fx, &spec).transport, open(fx, &spec).transport);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 7);
     fill_all(&b, 8);
-    let peer = connect(&a, "b", &b);
     let local: Vec<u32> = (0..n).collect();
     let remote: Vec<u32> = (0..n).rev().collect();
     let id = a.read_blocks(&peer, &local, &remote).expect("read");

@@ -6,24 +6,22 @@ use blockwire::{BackendErrorKind, Error, FailureReason, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{connect, faults, open, wait_done, wait_for};
+use crate::support::{Pair, pair, wait_done, wait_for};
 
 /// A state check that fails is a terminal failure with its reason, not a transfer stuck
 /// running.
 pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    faults(&o).fail_state_checks(true);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    p.plan().fail_state_checks(true);
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
     let seen = wait_for(a, Some(&peer), &[id]);
     match &seen[&id] {
         Err(FailureReason::Backend(m)) => assert!(m.contains("injected"), "{m}"),
         other => panic!("expected a backend failure, got {other:?}"),
     }
-    faults(&o).fail_state_checks(false);
+    p.plan().fail_state_checks(false);
     let id = a.write_blocks(&peer, &[1], &[1]).expect("write");
     wait_done(a, &peer, &[id]);
 }
@@ -32,11 +30,9 @@ pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
 /// reason, and later posts fail at submit.
 pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    let plan = faults(&o);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
     plan.hold_transfers();
     let ids = [
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
@@ -74,9 +70,7 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
 pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
     let n = 16u32;
     let spec = Spec::new(n, 1 << 20);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     let blocks: Vec<u32> = (0..n).collect();
     let ids: Vec<_> = (0..4)
         .map(|_| a.write_blocks(&peer, &blocks, &blocks).expect("write"))
@@ -115,11 +109,9 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
 /// A post the backend refuses is an error with context and leaves nothing tracked.
 pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    faults(&o).fail_nth_post(2);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    p.plan().fail_nth_post(2);
     let first = a.write_blocks(&peer, &[0], &[0]).expect("write");
     match a.write_blocks(&peer, &[1], &[1]) {
         Err(Error::Submit {

@@ -7,7 +7,7 @@ use blockwire::{CancelMode, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Outcomes, connect, open, poll_for, record, wait_for};
+use crate::support::{Outcomes, Pair, connect, open, pair, poll_for, record, wait_for};
 
 /// Ids are unique and increase across writes to different peers.
 pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
@@ -36,9 +36,7 @@ pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
 /// Every id is reported once, whether done, failed or taken by a cancel, and never again.
 pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
     let spec = Spec::new(32, 256 * 1024);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
     let ids: Vec<_> = (0..30u32)
         .map(|i| a.write_blocks(&peer, &[i % 32], &[i]).expect("write"))
         .collect();

@@ -6,17 +6,15 @@ use blockwire::{Error, FailureReason, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{connect, faults, open, poll_for, wait_done, wait_for};
+use crate::support::{Pair, connect, open, pair, poll_for, wait_done, wait_for};
 
 /// Transfers running at remove surface as failed (peer removed) once they stop; the backend
 /// keeps the peer connected until then.
 pub(crate) fn transfers_in_flight_fail_as_removed<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(a, "b", &b);
-    let plan = faults(&o);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
     plan.hold_transfers();
     let ids: Vec<_> = (0..3)
         .map(|i| a.write_blocks(&peer, &[i], &[i]).expect("write"))
@@ -50,9 +48,7 @@ pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
 /// A removed peer can be added again and used.
 pub(crate) fn then_add_again<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let peer = connect(&a, "b", &b);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
     a.remove_remote_peer(&peer).expect("remove");
     assert_eq!(a.backend_stats().connected_peers, 0);
     connect(&a, "b", &b);
