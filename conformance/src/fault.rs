@@ -195,12 +195,28 @@ pub struct FaultyBackend<B: Backend> {
 }
 
 /// A peer of a [`FaultyBackend`].
+///
+/// ```
+/// use blockwire_conformance::{FaultyBackend, FaultyPeer};
+/// use blockwire_core::Backend;
+/// use blockwire_shm::{ShmBackend, ShmPeer};
+/// fn peer_type<B: Backend<Peer = FaultyPeer<ShmPeer>>>() {}
+/// peer_type::<FaultyBackend<ShmBackend>>(); // wraps the inner backend's peer
+/// ```
 pub struct FaultyPeer<P> {
     inner: P,
     _counted: Counted,
 }
 
 /// A transfer of a [`FaultyBackend`].
+///
+/// ```
+/// use blockwire_conformance::{FaultyBackend, FaultyXfer};
+/// use blockwire_core::Backend;
+/// use blockwire_shm::{ShmBackend, ShmXfer};
+/// fn xfer_type<B: Backend<Xfer = FaultyXfer<ShmXfer>>>() {}
+/// xfer_type::<FaultyBackend<ShmBackend>>(); // wraps the inner backend's transfer
+/// ```
 pub struct FaultyXfer<X> {
     inner: X,
     /// Posted while transfers were held.

@@ -73,6 +73,15 @@ impl Spec {
 }
 
 /// A transport a case opened, with its fault switches when the fixture injects faults.
+///
+/// ```
+/// use blockwire::Transport;
+/// use blockwire_conformance::{Fixture, Plain, ShmFactory, Spec};
+/// let o = Plain(ShmFactory::default()).open(&Spec::new(4, 4096))?;
+/// assert_eq!(o.transport.num_blocks(), 4);
+/// assert!(o.faults.is_none()); // a plain fixture injects nothing
+/// # Ok::<(), blockwire::Error>(())
+/// ```
 pub struct Opened<T> {
     /// The transport.
     pub transport: T,
@@ -81,26 +90,84 @@ pub struct Opened<T> {
 }
 
 /// Opens transports of one backend configuration for the suite.
+///
+/// ```
+/// use blockwire::Transport;
+/// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+/// fn pair<F: Fixture>(fx: &F) -> blockwire::Result<(F::Transport, F::Transport)> {
+///     let spec = Spec::new(2, 64);
+///     Ok((fx.open(&spec)?.transport, fx.open(&spec)?.transport))
+/// }
+/// let (a, b) = pair(&Faulty(ShmFactory::default()))?;
+/// a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
+/// assert_eq!(a.peers(), vec!["b".into()]);
+/// # Ok::<(), blockwire::Error>(())
+/// ```
 pub trait Fixture: Send + Sync + 'static {
     /// The transport type.
     type Transport: Transport + 'static;
 
     /// Name used as the first part of every case's test name (`shm`, `shm+faults`).
+    ///
+    /// ```
+    /// use blockwire_conformance::{Faulty, Fixture, Plain, ShmFactory};
+    /// assert_eq!(Plain(ShmFactory::default()).name(), "shm");
+    /// assert_eq!(Faulty(ShmFactory::default()).name(), "shm+faults");
+    /// ```
     fn name(&self) -> String;
 
     /// Opens a transport.
+    ///
+    /// ```
+    /// use blockwire::Transport;
+    /// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+    /// let spec = Spec::new(4, 4096).with_fields(serde_json::json!({"model": "m"}));
+    /// let o = Faulty(ShmFactory::default()).open(&spec)?;
+    /// assert!(o.faults.is_some());
+    /// assert_eq!(o.transport.block_len(), 4096);
+    /// assert_eq!(o.transport.fingerprint().len(), 16);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn open(&self, spec: &Spec) -> Result<Opened<Self::Transport>>;
 }
 
 /// Makes a backend over a region: what a backend crate provides to be run by the suite.
+///
+/// ```
+/// use blockwire_conformance::{BackendFactory, Fixture, Plain, Spec};
+/// use blockwire_core::{BackendOptions, RegionSpan, Result};
+/// struct OneThread;
+/// impl BackendFactory for OneThread {
+///     type Backend = blockwire_shm::ShmBackend;
+///     fn name(&self) -> String { "shm-1".into() }
+///     fn options(&self) -> BackendOptions { BackendOptions::new().with("copy_threads", "1") }
+///     unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
+///         // SAFETY: forwarded from the caller.
+///         unsafe { blockwire_shm::ShmBackend::open(span, options) }
+///     }
+/// }
+/// assert_eq!(Plain(OneThread).name(), "shm-1");
+/// Plain(OneThread).open(&Spec::new(2, 64))?;
+/// # Ok::<(), blockwire::Error>(())
+/// ```
 pub trait BackendFactory: Send + Sync + 'static {
     /// The backend.
     type Backend: Backend;
 
     /// Name of this configuration (`shm`, `ucx-tcp`, ...).
+    ///
+    /// ```
+    /// use blockwire_conformance::{BackendFactory, ShmFactory};
+    /// assert_eq!(ShmFactory::default().name(), "shm");
+    /// ```
     fn name(&self) -> String;
 
     /// Backend options of this configuration.
+    ///
+    /// ```
+    /// use blockwire_conformance::{BackendFactory, ShmFactory};
+    /// assert!(ShmFactory::default().options().is_empty()); // the default: no options
+    /// ```
     fn options(&self) -> BackendOptions {
         BackendOptions::new()
     }
@@ -110,13 +177,52 @@ pub trait BackendFactory: Send + Sync + 'static {
     /// # Safety
     ///
     /// `span` must stay valid until the backend is dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use blockwire_conformance::{BackendFactory, ShmFactory};
+    /// use blockwire_core::{Backend, RegionSpan};
+    /// let mut mem = vec![0u8; 2 * 64];
+    /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
+    /// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
+    /// let f = ShmFactory::default();
+    /// // SAFETY: `mem` outlives the backend and is not touched while it runs.
+    /// let backend = unsafe { f.make(span, f.options())? };
+    /// assert_eq!(backend.kind(), "shm");
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend>;
 }
 
 /// The backend as it is.
+///
+/// ```
+/// use blockwire::Transport;
+/// use blockwire_conformance::{Fixture, Plain, ShmFactory, Spec};
+/// let fx = Plain(ShmFactory::default());
+/// let o = fx.open(&Spec::new(2, 64))?;
+/// assert_eq!(o.transport.backend_kind(), "shm");
+/// assert!(o.faults.is_none());
+/// # Ok::<(), blockwire::Error>(())
+/// ```
 pub struct Plain<F>(pub F);
 
 /// The backend wrapped in [`FaultyBackend`]; named `<name>+faults`.
+///
+/// ```
+/// use blockwire::{Error, Transport};
+/// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+/// let fx = Faulty(ShmFactory::default());
+/// let (a, b) = (fx.open(&Spec::new(2, 64))?, fx.open(&Spec::new(2, 64))?);
+/// let plan = a.faults.expect("a faulty fixture has switches");
+/// a.transport.add_remote_peer(&"b".into(), &b.transport.descriptor()?)?;
+/// assert_eq!(plan.connected_peers(), 1);
+/// plan.fail_nth_post(1);
+/// let posted = a.transport.write_blocks(&"b".into(), &[0], &[0]);
+/// assert!(matches!(posted, Err(Error::Submit { .. })));
+/// # Ok::<(), blockwire::Error>(())
+/// ```
 pub struct Faulty<F>(pub F);
 
 impl<F: BackendFactory> Fixture for Plain<F> {
@@ -166,6 +272,13 @@ impl<F: BackendFactory> Fixture for Faulty<F> {
 }
 
 /// The shm backend with default options.
+///
+/// ```
+/// use blockwire_conformance::{trials, BackendFactory, Plain, ShmFactory};
+/// assert_eq!(ShmFactory::default().name(), "shm");
+/// let all = trials(Plain(ShmFactory::default()));
+/// assert!(all.iter().any(|t| t.name() == "shm::data::write_lands_at_remote_index"));
+/// ```
 #[cfg(feature = "shm")]
 #[derive(Default)]
 pub struct ShmFactory {

@@ -40,6 +40,14 @@ pub use fixture::ShmFactory;
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
 
 /// What a case needs from a fixture; without it the case is reported as ignored.
+///
+/// ```
+/// use blockwire_conformance::{cases, Needs, Plain, ShmFactory};
+/// let all = cases::<Plain<ShmFactory>>();
+/// assert!(all.iter().any(|c| c.needs == Needs { faults: true, read: false }));
+/// assert!(all.iter().any(|c| c.needs.read));
+/// assert_eq!(Needs::default(), Needs { faults: false, read: false }); // runs anywhere
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     /// Fault injection (a [`Faulty`] fixture).
@@ -49,6 +57,15 @@ pub struct Needs {
 }
 
 /// One case of the suite.
+///
+/// ```
+/// use blockwire_conformance::{cases, Case, Plain, ShmFactory};
+/// let all: Vec<Case<Plain<ShmFactory>>> = cases();
+/// let case = all.iter().find(|c| c.name == "write_lands_at_remote_index").expect("listed");
+/// assert_eq!(case.group, "data");
+/// assert!(!case.needs.faults && !case.needs.read);
+/// (case.run)(&Plain(ShmFactory::default())); // panics if the backend breaks the contract
+/// ```
 pub struct Case<F> {
     /// Group (`data`, `cancel`, ...).
     pub group: &'static str,

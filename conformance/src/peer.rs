@@ -1,7 +1,7 @@
 //! Cross-process testing: a peer process ([`serve`], the `blockwire-peer` binary) and the
 //! driver a test runs against it ([`drive`]).
 //!
-//! The peer opens a transport, fills its blocks with [`pattern`]`(seed, i)`, prints its
+//! The peer opens a transport, fills its blocks with `pattern(seed, i)`, prints its
 //! descriptor, then answers commands on stdin, one per line:
 //!
 //! | command | reply |
@@ -51,6 +51,13 @@ fn open_transport(backend: &str, blocks: u32, len: usize, opts: &str) -> Fallibl
 
 /// The peer process's main: `blockwire-peer <backend> <num_blocks> <block_len> <seed>
 /// [backend options k=v,...]`.
+///
+/// ```no_run
+/// // src/bin/blockwire-peer.rs
+/// fn main() -> std::process::ExitCode {
+///     blockwire_conformance::peer::serve()
+/// }
+/// ```
 pub fn serve() -> ExitCode {
     match serve_inner() {
         Ok(()) => ExitCode::SUCCESS,
@@ -165,23 +172,60 @@ fn drop_access() -> Fallible<()> {
 }
 
 /// Whether this process runs as root.
+///
+/// ```
+/// use blockwire_conformance::peer::is_root;
+/// if is_root() {
+///     eprintln!("root keeps access to every process: a `DROP` test proves nothing here");
+/// }
+/// ```
 pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// A spawned peer process.
+///
+/// ```no_run
+/// use blockwire_conformance::peer::PeerProcess;
+/// fn main() -> Result<(), String> {
+///     let mut p = PeerProcess::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+///     assert_eq!(p.descriptor.backend, "shm");
+///     assert_eq!(p.command("VERIFY 1 0:0")?, "OK"); // nothing written: its own pattern
+///     p.quit()
+/// }
+/// ```
 pub struct PeerProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     /// The peer's descriptor.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let p = PeerProcess::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.descriptor.validate().map_err(|e| e.to_string())?;
+    ///     assert_eq!((p.descriptor.num_blocks, p.descriptor.block_len), (8, 4096));
+    ///     p.quit()
+    /// }
+    /// ```
     pub descriptor: PeerDescriptor,
 }
 
 impl PeerProcess {
     /// Spawns `exe` (the `blockwire-peer` binary) with a region of `blocks` x `len` filled
     /// with `pattern(seed, i)`.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let exe = "target/debug/blockwire-peer";
+    ///     let p = PeerProcess::spawn(exe, "shm", 8, 4096, 1, "copy_threads=1")?;
+    ///     assert_eq!(p.descriptor.num_blocks, 8);
+    ///     p.quit()
+    /// }
+    /// ```
     pub fn spawn(
         exe: &str,
         backend: &str,
@@ -231,6 +275,16 @@ impl PeerProcess {
     }
 
     /// Sends one command and returns the reply line.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = PeerProcess::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     assert_eq!(p.command("VERIFY 1 3:3")?, "OK");
+    ///     assert!(p.command("VERIFY 2 3:3")?.starts_with("FAIL"));
+    ///     p.quit()
+    /// }
+    /// ```
     pub fn command(&mut self, line: &str) -> Fallible<String> {
         writeln!(self.stdin, "{line}")
             .and_then(|_| self.stdin.flush())
@@ -239,6 +293,14 @@ impl PeerProcess {
     }
 
     /// Sends `QUIT` and waits (bounded) for a successful exit.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let p = PeerProcess::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.quit() // `Err` if it exits with a failure or does not exit within 10 s
+    /// }
+    /// ```
     pub fn quit(mut self) -> Fallible<()> {
         writeln!(self.stdin, "QUIT").map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -271,6 +333,13 @@ impl Drop for PeerProcess {
 /// The cross-process check for `backend`: this process writes blocks into a spawned peer and
 /// reads others back, the peer verifies every one of its blocks, then the peer writes into this
 /// process. `exe` is the `blockwire-peer` binary.
+///
+/// ```no_run
+/// fn main() -> Result<(), String> {
+///     let exe = "target/debug/blockwire-peer";
+///     blockwire_conformance::peer::drive(exe, "shm", "chunk_bytes=65536")
+/// }
+/// ```
 pub fn drive(exe: &str, backend: &str, opts: &str) -> Fallible<()> {
     const BLOCKS: u32 = 32;
     const LEN: usize = 256 * 1024 + 8;

@@ -98,11 +98,34 @@ use live::LiveRegion;
 use process::{MAX_PIECES, Piece, RemoteProcess};
 
 /// The backend kind written in descriptors.
+///
+/// ```
+/// assert_eq!(blockwire_shm::KIND, "shm");
+/// ```
 pub const KIND: &str = "shm";
 /// Default of the `chunk_bytes` option.
+///
+/// ```
+/// assert_eq!(blockwire_shm::DEFAULT_CHUNK_BYTES, 256 * 1024);
+/// ```
 pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
 /// The shared-memory loopback backend (see the crate docs).
+///
+/// ```
+/// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+/// use blockwire_shm::ShmBackend;
+/// let mut mem = vec![0u8; 2 * 64];
+/// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
+/// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
+/// // SAFETY: `mem` outlives the backend and is not touched while it runs.
+/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// assert_eq!(b.kind(), blockwire_shm::KIND);
+/// let caps = b.capabilities();
+/// assert!(caps.read && caps.abort && caps.cross_process);
+/// assert_eq!(b.stats().connected_peers, 0);
+/// # Ok::<(), blockwire_core::Error>(())
+/// ```
 pub struct ShmBackend {
     span: RegionSpan,
     live: Arc<LiveRegion>,
@@ -114,6 +137,22 @@ pub struct ShmBackend {
 }
 
 /// A connected peer.
+///
+/// ```
+/// use blockwire_core::{Backend, BackendOptions, PeerDescriptor, RegionSpan};
+/// use blockwire_shm::{ShmBackend, ShmPeer};
+/// let mut mem = vec![0u8; 2 * 64];
+/// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
+/// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
+/// // SAFETY: `mem` outlives the backend and is not touched while it runs.
+/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// let desc = PeerDescriptor::new("shm", b.address(), span.base_addr(), 2, 64, "");
+/// let peer: ShmPeer = b.connect(&desc)?; // its own region: a same-process peer
+/// assert_eq!(b.stats().connected_peers, 1);
+/// b.disconnect(peer);
+/// assert_eq!(b.stats().connected_peers, 0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ShmPeer {
     target: Arc<Target>,
     base: usize,
@@ -122,6 +161,24 @@ pub struct ShmPeer {
 }
 
 /// A posted transfer.
+///
+/// ```
+/// use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+/// use blockwire_shm::{ShmBackend, ShmXfer};
+/// let mut mem = vec![5u8; 64];
+/// mem.resize(2 * 64, 0);
+/// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
+/// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
+/// // SAFETY: `mem` outlives the backend and is not touched while it runs.
+/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// let peer = b.connect(&PeerDescriptor::new("shm", b.address(), span.base_addr(), 2, 64, ""))?;
+/// let mut x: ShmXfer = b.post(&peer, Op::Write, &[0], &[1])?; // block 0 to block 1
+/// while b.state(&mut x) == XferState::Running {}
+/// assert!(b.release(x).is_ok());
+/// drop((peer, b));
+/// assert_eq!(&mem[64..], &[5u8; 64]);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct ShmXfer {
     progress: Arc<Progress>,
     _counted: Counted,

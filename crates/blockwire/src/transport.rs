@@ -49,38 +49,123 @@ use crate::{AnyTransport, BlockTransport};
 #[enum_dispatch]
 pub trait Transport: Send + Sync {
     /// The backend's kind (`"shm"`, ...).
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert_eq!(t.backend_kind(), "shm");
+    /// assert_eq!(t.descriptor()?.backend, t.backend_kind());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn backend_kind(&self) -> &'static str;
 
     /// What the backend can do.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let caps = t.capabilities();
+    /// assert!(caps.read && caps.abort && caps.cross_process);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn capabilities(&self) -> Capabilities;
 
     /// The local block memory (read and write blocks through copies).
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// t.region().fill_block(1, 7)?;
+    /// assert_eq!(t.region().block(1)?, vec![7u8; 64]);
+    /// assert_eq!(t.region().block(0)?, vec![0u8; 64]);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn region(&self) -> &Region;
 
     /// Bytes per block.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(8, 4096)?, TransportOptions::default())?;
+    /// assert_eq!(t.block_len(), 4096);
+    /// assert_eq!(t.descriptor()?.block_len, 4096);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn block_len(&self) -> usize {
         self.region().block_len()
     }
 
     /// Number of local blocks.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(8, 4096)?, TransportOptions::default())?;
+    /// assert_eq!(t.num_blocks(), 8);
+    /// assert_eq!(t.descriptor()?.num_blocks, 8);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn num_blocks(&self) -> u32 {
         self.region().num_blocks()
     }
 
     /// Address of local block 0.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 4096)?, TransportOptions::default())?;
+    /// assert_eq!(t.base_addr(), t.region().base_addr());
+    /// assert_eq!(t.descriptor()?.base_addr, t.base_addr());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn base_addr(&self) -> u64 {
         self.region().base_addr()
     }
 
     /// The config fingerprint; empty when no config fields were given (compatible with anyone).
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let plain = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert_eq!(plain.fingerprint(), "");
+    /// let fields = serde_json::json!({"model": "llama-3-8b", "layers": 32});
+    /// let opts = TransportOptions::default().with_config_fields(fields.as_object().cloned());
+    /// let t = open("shm", Region::new(2, 64)?, opts)?;
+    /// assert_eq!(t.fingerprint(), blockwire::fingerprint::fingerprint(fields.as_object()));
+    /// assert_eq!(t.descriptor()?.fingerprint, t.fingerprint());
+    /// t.add_remote_peer(&"plain".into(), &plain.descriptor()?)?; // empty: compatible
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn fingerprint(&self) -> &str;
 
     /// What a peer needs to connect to this transport. `Err(Closed)` after close.
+    ///
+    /// ```
+    /// use blockwire::{open, Error, PeerDescriptor, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let d = t.descriptor()?;
+    /// assert_eq!(PeerDescriptor::from_bytes(&d.to_bytes())?, d);
+    /// t.close()?;
+    /// assert_eq!(t.descriptor(), Err(Error::Closed));
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn descriptor(&self) -> Result<PeerDescriptor>;
 
     /// Validates `desc` (backend kind, block length, fingerprint, shape), connects, and
     /// publishes the peer under `peer`, replacing an earlier registration of that id. Blocks
     /// until the registration worker has connected.
+    ///
+    /// ```
+    /// use blockwire::{open, Error, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let big = open("shm", Region::new(2, 128)?, TransportOptions::default())?;
+    /// a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
+    /// assert_eq!(a.peers(), vec!["b".into()]);
+    /// let err = a.add_remote_peer(&"big".into(), &big.descriptor()?).unwrap_err();
+    /// assert!(matches!(err, Error::BlockLenMismatch { local: 64, remote: 128, .. }));
+    /// assert_eq!(a.peers(), vec!["b".into()]);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn add_remote_peer(&self, peer: &PeerId, desc: &PeerDescriptor) -> Result<()>;
 
     /// Like [`add_remote_peer`](Transport::add_remote_peer) without blocking: claims the next
@@ -88,17 +173,61 @@ pub trait Transport: Send + Sync {
     /// to `Err(Superseded)` when the peer is removed or added again before this registration
     /// publishes; its backend resources are then released. A descriptor that fails validation
     /// gives an already-resolved handle and claims nothing.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let handle = a.add_remote_peer_async(&"b".into(), &b.descriptor()?);
+    /// handle.wait()?; // or await it under any executor
+    /// assert_eq!(a.peers(), vec!["b".into()]);
+    /// let mut bad = b.descriptor()?;
+    /// bad.backend = "ucx".into();
+    /// let handle = a.add_remote_peer_async(&"c".into(), &bad);
+    /// assert!(handle.is_finished() && handle.wait().is_err());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn add_remote_peer_async(&self, peer: &PeerId, desc: &PeerDescriptor) -> Registration;
 
     /// Unpublishes `peer` and invalidates any registration of it in flight, without waiting
     /// for one. Transfers still running to it surface through `poll` as failed (peer removed)
     /// once they stop; the backend's peer resources are freed only after that.
     /// `Err(UnknownPeer)` when the peer is neither published nor being registered.
+    ///
+    /// ```
+    /// use blockwire::{open, Error, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// a.remove_remote_peer(&p)?;
+    /// assert!(a.peers().is_empty());
+    /// assert_eq!(a.write_blocks(&p, &[0], &[0]), Err(Error::UnknownPeer(p.clone())));
+    /// assert_eq!(a.remove_remote_peer(&p), Err(Error::UnknownPeer(p)));
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn remove_remote_peer(&self, peer: &PeerId) -> Result<()>;
 
     /// Posts a WRITE of local block `local[i]` to the peer's block `remote[i]`, for every `i`.
     /// Validates before anything moves (equal non-zero lengths, every index in range, no
     /// remote block twice); any error leaves nothing tracked. Never waits for the transfer.
+    ///
+    /// ```
+    /// use blockwire::{open, Error, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// a.region().fill_block(0, 1)?;
+    /// a.region().fill_block(1, 2)?;
+    /// let id = a.write_blocks(&p, &[0, 1], &[3, 2])?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(b.region().block(3)?, vec![1u8; 64]);
+    /// assert_eq!(b.region().block(2)?, vec![2u8; 64]);
+    /// let dup = a.write_blocks(&p, &[0, 1], &[2, 2]);
+    /// assert!(matches!(dup, Err(Error::DuplicateDestination { index: 2, .. })));
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn write_blocks(
         &self,
         peer: &PeerId,
@@ -108,6 +237,19 @@ pub trait Transport: Send + Sync {
 
     /// Posts a READ of the peer's block `remote[i]` into local block `local[i]`. Same
     /// validation as a write, with the local block as the destination that must not repeat.
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// b.region().fill_block(2, 9)?;
+    /// let id = a.read_blocks(&p, &[0], &[2])?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(a.region().block(0)?, vec![9u8; 64]);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn read_blocks(
         &self,
         peer: &PeerId,
@@ -117,6 +259,25 @@ pub trait Transport: Send + Sync {
 
     /// Drains finished transfers: of `peer` only (other peers' completions stay for their own
     /// poll), or of every peer with `None` (shutdown drain). Never blocks.
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let c = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let (pb, pc) = (PeerId::from("b"), PeerId::from("c"));
+    /// a.add_remote_peer(&pb, &b.descriptor()?)?;
+    /// a.add_remote_peer(&pc, &c.descriptor()?)?;
+    /// let (to_b, to_c) = (a.write_blocks(&pb, &[0], &[0])?, a.write_blocks(&pc, &[0], &[0])?);
+    /// loop {
+    ///     let r = a.poll(Some(&pb))?;
+    ///     assert!(r.failed.is_empty() && !r.done.contains(&to_c)); // c's stays for c
+    ///     if r.done.contains(&to_b) { break; }
+    /// }
+    /// while !a.poll(None)?.done.contains(&to_c) {}
+    /// assert!(a.poll(None)?.is_empty()); // each id is reported once
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult>;
 
     /// Cancels transfers. [`CancelMode::Immediate`] stops tracking each known id and returns
@@ -124,20 +285,85 @@ pub trait Transport: Send + Sync {
     /// it stops). [`CancelMode::Wait`] asks running transfers to stop, releases only those that
     /// have stopped, and returns the ids still tracked; poll until each surfaces. Once an id is
     /// no longer returned, no byte of it lands afterwards. Unknown ids are ignored.
+    ///
+    /// ```
+    /// use blockwire::{open, CancelMode, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let id = a.write_blocks(&p, &[0], &[1])?;
+    /// let mut tracked = a.cancel(&[id], CancelMode::Wait)?; // `[id]` while it still runs
+    /// while !tracked.is_empty() {
+    ///     let r = a.poll(Some(&p))?;
+    ///     tracked.retain(|t| !r.ids().any(|x| x == *t));
+    /// }
+    /// assert!(a.poll(Some(&p))?.is_empty()); // taken by the cancel or reported once
+    /// assert!(a.cancel(&[id], CancelMode::Wait)?.is_empty()); // now unknown: ignored
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn cancel(&self, ids: &[TransferId], mode: CancelMode) -> Result<Vec<TransferId>>;
 
     /// Stops registrations, cancels what is in flight, waits (bounded by the close timeout)
     /// for running transfers to stop, and releases every peer. Idempotent. If a transfer is
     /// still running at the deadline, close logs a warning and leaks the memory it may touch
     /// rather than free it. Every later call returns `Err(Closed)`. Dropping closes.
+    ///
+    /// ```
+    /// use blockwire::{open, Error, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
+    /// a.close()?;
+    /// a.close()?; // idempotent
+    /// assert_eq!(a.backend_stats().connected_peers, 0);
+    /// assert_eq!(a.write_blocks(&"b".into(), &[0], &[0]), Err(Error::Closed));
+    /// assert_eq!(a.poll(None), Err(Error::Closed));
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn close(&self) -> Result<()>;
 
     /// Whether [`close`](Transport::close) has been called.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let t = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert!(!t.is_closed());
+    /// t.close()?;
+    /// assert!(t.is_closed());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn is_closed(&self) -> bool;
 
     /// The backend's live resources (connected peers, unreleased transfers).
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// assert_eq!(a.backend_stats().connected_peers, 1);
+    /// let id = a.write_blocks(&p, &[0], &[0])?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(a.backend_stats().live_transfers, 0); // released once reported
+    /// a.remove_remote_peer(&p)?;
+    /// assert_eq!(a.backend_stats().connected_peers, 0);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn backend_stats(&self) -> BackendStats;
 
     /// Published peers, sorted.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert!(a.peers().is_empty());
+    /// a.add_remote_peer(&"zeta".into(), &b.descriptor()?)?;
+    /// a.add_remote_peer(&"alpha".into(), &b.descriptor()?)?;
+    /// assert_eq!(a.peers(), vec!["alpha".into(), "zeta".into()]);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
     fn peers(&self) -> Vec<PeerId>;
 }
