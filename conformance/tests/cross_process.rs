@@ -50,3 +50,38 @@ fn shm_forbidden_cross_process_access_is_a_clear_error() {
         child.quit().expect("quit");
     }
 }
+
+/// A descriptor that names memory of a live peer process which its backend did not register
+/// (here: the peer's region shifted by one block) is refused at connect, before any write.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_descriptor_not_matching_a_registered_region_is_refused() {
+    use blockwire::{BackendErrorKind, Error, Region, Transport, TransportOptions};
+    use blockwire_conformance::peer::PeerProcess;
+
+    let exe = env!("CARGO_BIN_EXE_blockwire-peer");
+    let child = PeerProcess::spawn(exe, "shm", 8, 4096, 3, "").expect("spawn");
+    let me = blockwire::open(
+        "shm",
+        Region::new(8, 4096).expect("region"),
+        TransportOptions::default(),
+    )
+    .expect("open");
+    let mut shifted = child.descriptor.clone();
+    shifted.base_addr += 4096;
+    shifted.num_blocks -= 1;
+    match me.add_remote_peer(&"child".into(), &shifted) {
+        Err(Error::Connect { source, .. }) => {
+            assert_eq!(
+                source.kind(),
+                BackendErrorKind::MalformedAddress,
+                "{source}"
+            )
+        }
+        other => panic!("a shifted descriptor was accepted: {other:?}"),
+    }
+    assert!(me.peers().is_empty());
+    me.add_remote_peer(&"child".into(), &child.descriptor)
+        .expect("the true descriptor connects");
+    child.quit().expect("quit");
+}

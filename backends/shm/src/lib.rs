@@ -23,9 +23,12 @@
 //! backend; and it leaves no files behind in `/dev/shm` when a process dies. The kernel copies
 //! directly between the two address spaces (one copy, like a shared mapping's `memcpy`). The
 //! price: the kernel allows it only between processes of the same user with ptrace access
-//! (`/proc/sys/kernel/yama/ptrace_scope` 0; scope 1 allows only ancestors). `connect` probes
-//! the peer's region and fails with a clear [`BackendErrorKind::PermissionDenied`] error when
-//! the kernel refuses. And unlike an RDMA remote key, nothing stops a writer in another process
+//! (`/proc/sys/kernel/yama/ptrace_scope` 0; scope 1 allows only ancestors). `connect` reads an
+//! identity record the peer's backend keeps at an address named in its descriptor (magic,
+//! region token, base, length) and probes the region: it fails with a clear
+//! [`BackendErrorKind::PermissionDenied`] error when the kernel refuses, and with
+//! [`BackendErrorKind::MalformedAddress`] when the descriptor names no region that process
+//! registered, so a descriptor cannot aim writes at arbitrary memory of another process. And unlike an RDMA remote key, nothing stops a writer in another process
 //! when the peer frees its region: the peer's control plane must remove it from its writers
 //! (or stop them) before it closes.
 //!
@@ -132,9 +135,27 @@ pub struct ShmBackend {
     address: ShmAddress,
     chunk_bytes: usize,
     counters: Arc<Counters>,
+    /// What a connecting peer in another process reads to check a descriptor (its address is
+    /// in the descriptor). Wiped on drop.
+    identity: Box<Identity>,
     /// Dropped after `Drop::drop` deregistered the region; joins the copy threads.
     pool: CopyPool,
 }
+
+/// The record a peer in another process reads at connect: a descriptor names a process and an
+/// address, and only a process whose shm backend registered exactly that region holds this
+/// record there. So a descriptor cannot point a writer at arbitrary memory of another process
+/// of the same user, nor at a region that was closed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+struct Identity {
+    magic: u64,
+    token: u64,
+    base: u64,
+    len: u64,
+}
+
+const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"BWSHMID1");
 
 /// A connected peer.
 ///
@@ -249,10 +270,17 @@ impl ShmBackend {
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
         let pool = CopyPool::new(threads).map_err(open_err)?;
         let live = LiveRegion::register(span);
+        let identity = Box::new(Identity {
+            magic: IDENTITY_MAGIC,
+            token: live.token,
+            base: span.base_addr(),
+            len: span.len() as u64,
+        });
         let address = ShmAddress {
             pid,
             start_time,
             token: live.token,
+            identity: &*identity as *const Identity as usize as u64,
         };
         tracing::debug!(
             pid,
@@ -267,6 +295,7 @@ impl ShmBackend {
             address,
             chunk_bytes,
             counters: Arc::new(Counters::default()),
+            identity,
             pool,
         })
     }
@@ -308,8 +337,42 @@ impl ShmBackend {
         region_len: usize,
     ) -> Result<Target, BackendError> {
         let proc = RemoteProcess::open(addr.pid, addr.start_time)?;
-        // Probe the first and last byte of the peer's region: a permission problem or a bad
-        // address shows here, at connect, not in the first transfer.
+        let context = |e: BackendError| {
+            BackendError::new(
+                e.kind(),
+                format!("connecting to process {}: {}", addr.pid, e.message()),
+            )
+        };
+        // Read the peer's identity record: a permission problem shows here, at connect, and a
+        // descriptor that does not name a region registered in that process is refused.
+        let mut found = Identity::default();
+        let piece = Piece {
+            local: &mut found as *mut Identity as usize,
+            remote: usize::try_from(addr.identity).map_err(|_| {
+                BackendError::new(BackendErrorKind::MalformedAddress, "identity address")
+            })?,
+            len: std::mem::size_of::<Identity>(),
+        };
+        // SAFETY: the only local piece is `found`, a live plain-data record on this stack of
+        // exactly `len` bytes; any bytes are a valid `Identity`.
+        unsafe { process::copy_pieces(&proc, &[piece], false) }.map_err(context)?;
+        let expected = Identity {
+            magic: IDENTITY_MAGIC,
+            token: addr.token,
+            base: desc.base_addr,
+            len: region_len as u64,
+        };
+        if found != expected {
+            return Err(context(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                format!(
+                    "no registered shm region {} of {region_len} bytes at {:#x} there (closed, or \
+                     the descriptor is wrong)",
+                    addr.token, desc.base_addr
+                ),
+            )));
+        }
+        // And the first and last byte of the region itself.
         let base = usize::try_from(desc.base_addr)
             .map_err(|_| BackendError::new(BackendErrorKind::MalformedAddress, "base address"))?;
         let mut probe = [0u8; 1];
@@ -320,12 +383,7 @@ impl ShmBackend {
                 len: 1,
             };
             // SAFETY: the only local piece is `probe`, a live 1-byte buffer on this stack.
-            unsafe { process::copy_pieces(&proc, &[piece], false) }.map_err(|e| {
-                BackendError::new(
-                    e.kind(),
-                    format!("connecting to process {}: {}", addr.pid, e.message()),
-                )
-            })?;
+            unsafe { process::copy_pieces(&proc, &[piece], false) }.map_err(context)?;
         }
         Ok(Target::Remote(proc))
     }
@@ -334,8 +392,11 @@ impl ShmBackend {
 impl Drop for ShmBackend {
     fn drop(&mut self) {
         // Peers copying into this region stop before it can be freed; then `pool` joins the
-        // copy threads.
+        // copy threads. A peer in another process that connects later finds no identity.
         self.live.deregister();
+        // SAFETY: `identity` is a live, exclusively owned box; a volatile write so the wipe is
+        // not elided before the memory is freed (other processes read it).
+        unsafe { std::ptr::write_volatile(&mut self.identity.magic, 0) };
     }
 }
 
