@@ -3,25 +3,49 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{Error, Transport};
+use blockwire::{Error, Registration, Transport};
 use blockwire_core::PeerId;
 
 use crate::Fixture;
-use crate::fixture::Spec;
+use crate::fixture::{Opened, Spec};
 use crate::support::{TIMEOUT, connect, faults, fill_all, open, pattern, wait_done};
+
+/// `a` (fault-injecting) with a registration of peer `"b"` (transport `b`) held in connect.
+struct Held<T> {
+    a: Opened<T>,
+    _b: T,
+    peer: PeerId,
+    handle: Registration,
+}
+
+fn held_registration<F: Fixture>(fx: &F) -> Held<F::Transport> {
+    let spec = Spec::new(4, 4096);
+    let a = open(fx, &spec);
+    let b = open(fx, &spec).transport;
+    faults(&a).hold_registrations();
+    let peer = PeerId::from("b");
+    let handle = a
+        .transport
+        .add_remote_peer_async(&peer, &b.descriptor().expect("descriptor"));
+    assert!(faults(&a).wait_connects_started(1, TIMEOUT));
+    Held {
+        a,
+        _b: b,
+        peer,
+        handle,
+    }
+}
 
 /// Remove while the registration is still connecting: the handle resolves `Superseded`, the
 /// peer stays unknown and the backend holds no connection.
 pub(crate) fn remove_supersedes_in_flight<F: Fixture>(fx: &F) {
-    let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let plan = faults(&o);
-    plan.hold_registrations();
-    let peer = PeerId::from("b");
-    let handle = a.add_remote_peer_async(&peer, &b.descriptor().expect("descriptor"));
-    assert!(plan.wait_connects_started(1, TIMEOUT));
+    let Held {
+        a: opened,
+        _b,
+        peer,
+        handle,
+    } = held_registration(fx);
+    let (a, plan) = (&opened.transport, faults(&opened));
     assert!(!handle.is_finished());
     a.remove_remote_peer(&peer)
         .expect("remove of a peer being registered");
@@ -67,15 +91,13 @@ pub(crate) fn second_supersedes_first<F: Fixture>(fx: &F) {
 
 /// Remove returns at once while a registration of the peer is held in connect.
 pub(crate) fn remove_does_not_wait<F: Fixture>(fx: &F) {
-    let spec = Spec::new(4, 4096);
-    let o = open(fx, &spec);
-    let a = &o.transport;
-    let b = open(fx, &spec).transport;
-    let plan = faults(&o);
-    plan.hold_registrations();
-    let peer = PeerId::from("b");
-    let handle = a.add_remote_peer_async(&peer, &b.descriptor().expect("descriptor"));
-    assert!(plan.wait_connects_started(1, TIMEOUT));
+    let Held {
+        a: opened,
+        _b,
+        peer,
+        handle,
+    } = held_registration(fx);
+    let (a, plan) = (&opened.transport, faults(&opened));
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(|| {
