@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendStats, BlockIndex, Capabilities, FailureReason,
-    Op, PeerDescriptor, XferState,
+    Live, LiveCounts, Op, PeerDescriptor, XferState,
 };
 use parking_lot::{Condvar, Mutex};
 
@@ -35,8 +35,7 @@ struct Plan {
     fail_state: AtomicBool,
     release_busy: AtomicBool,
     disconnected: AtomicBool,
-    connected: AtomicUsize,
-    live: AtomicUsize,
+    counts: LiveCounts,
 }
 
 impl FaultPlan {
@@ -159,7 +158,7 @@ impl FaultPlan {
     /// assert_eq!(blockwire_conformance::FaultPlan::new().connected_peers(), 0);
     /// ```
     pub fn connected_peers(&self) -> usize {
-        self.0.connected.load(Ordering::SeqCst)
+        self.0.counts.stats().connected_peers
     }
 
     /// Transfers posted through the wrapper and not yet released (survives the transport).
@@ -168,7 +167,7 @@ impl FaultPlan {
     /// assert_eq!(blockwire_conformance::FaultPlan::new().live_transfers(), 0);
     /// ```
     pub fn live_transfers(&self) -> usize {
-        self.0.live.load(Ordering::SeqCst)
+        self.0.counts.stats().live_transfers
     }
 }
 
@@ -205,7 +204,7 @@ pub struct FaultyBackend<B: Backend> {
 /// ```
 pub struct FaultyPeer<P> {
     inner: P,
-    _counted: Counted,
+    _live: Live,
 }
 
 /// A transfer of a [`FaultyBackend`].
@@ -221,22 +220,7 @@ pub struct FaultyXfer<X> {
     inner: X,
     /// Posted while transfers were held.
     held: bool,
-    _counted: Counted,
-}
-
-struct Counted(FaultPlan, fn(&Plan) -> &AtomicUsize);
-
-impl Counted {
-    fn new(plan: &FaultPlan, which: fn(&Plan) -> &AtomicUsize) -> Self {
-        which(&plan.0).fetch_add(1, Ordering::SeqCst);
-        Counted(plan.clone(), which)
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        (self.1)(&self.0.0).fetch_sub(1, Ordering::SeqCst);
-    }
+    _live: Live,
 }
 
 impl<B: Backend> FaultyBackend<B> {
@@ -288,7 +272,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         let inner = self.inner.connect(remote)?;
         Ok(FaultyPeer {
             inner,
-            _counted: Counted::new(&self.plan, |p| &p.connected),
+            _live: self.plan.0.counts.peer(),
         })
     }
 
@@ -320,7 +304,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         Ok(FaultyXfer {
             inner,
             held: self.plan.0.transfers_held.load(Ordering::SeqCst),
-            _counted: Counted::new(&self.plan, |p| &p.live),
+            _live: self.plan.0.counts.transfer(),
         })
     }
 
@@ -354,16 +338,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         {
             return Err(xfer);
         }
-        let FaultyXfer {
-            inner,
-            held,
-            _counted,
-        } = xfer;
-        self.inner.release(inner).map_err(|inner| FaultyXfer {
-            inner,
-            held,
-            _counted,
-        })
+        let FaultyXfer { inner, held, _live } = xfer;
+        self.inner
+            .release(inner)
+            .map_err(|inner| FaultyXfer { inner, held, _live })
     }
 
     fn stats(&self) -> BackendStats {

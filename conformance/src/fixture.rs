@@ -298,3 +298,66 @@ impl BackendFactory for ShmFactory {
         unsafe { blockwire_shm::ShmBackend::open(span, options) }
     }
 }
+
+/// The ucx backend with one setting (backend options as `k=v,...`), named `ucx-<name>`.
+///
+/// ```
+/// # #[cfg(feature = "ucx")] {
+/// use blockwire_conformance::{BackendFactory, UcxFactory};
+/// let f = UcxFactory::new("tcp", "tls=tcp");
+/// assert_eq!(f.name(), "ucx-tcp");
+/// # }
+/// ```
+#[cfg(feature = "ucx")]
+pub struct UcxFactory {
+    name: String,
+    options: BackendOptions,
+}
+
+#[cfg(feature = "ucx")]
+impl UcxFactory {
+    /// A factory named `ucx-<name>` whose transports use `options` (`k=v,...`; panics on a
+    /// malformed list, which is a bug in the suite).
+    ///
+    /// ```
+    /// # #[cfg(feature = "ucx")] {
+    /// let f = blockwire_conformance::UcxFactory::new("shm", "tls=posix,cma,peer_errors=false");
+    /// # }
+    /// ```
+    pub fn new(name: &str, options: &str) -> Self {
+        UcxFactory {
+            name: format!("ucx-{name}"),
+            options: BackendOptions::parse_list(options).expect("a k=v,... option list"),
+        }
+    }
+
+    /// The backend options of this setting, as `k=v,...` (for a peer process).
+    ///
+    /// ```
+    /// # #[cfg(feature = "ucx")] {
+    /// let f = blockwire_conformance::UcxFactory::new("tcp", "tls=tcp");
+    /// assert_eq!(f.option_list(), "tls=tcp");
+    /// # }
+    /// ```
+    pub fn option_list(&self) -> String {
+        self.options.to_list()
+    }
+}
+
+#[cfg(feature = "ucx")]
+impl BackendFactory for UcxFactory {
+    type Backend = blockwire_ucx::UcxBackend;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn options(&self) -> BackendOptions {
+        self.options.clone()
+    }
+
+    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
+        // SAFETY: forwarded from the caller.
+        unsafe { blockwire_ucx::UcxBackend::open(span, options) }
+    }
+}

@@ -25,7 +25,7 @@
 mod cases;
 mod fault;
 mod fixture;
-#[cfg(feature = "shm")]
+#[cfg(any(feature = "shm", feature = "ucx"))]
 pub mod peer;
 mod support;
 
@@ -37,6 +37,8 @@ use libtest_mimic::{Completion, Trial};
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
 #[cfg(feature = "shm")]
 pub use fixture::ShmFactory;
+#[cfg(feature = "ucx")]
+pub use fixture::UcxFactory;
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
 
 /// What a case needs from a fixture; without it the case is reported as ignored.
@@ -44,9 +46,11 @@ pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
 /// ```
 /// use blockwire_conformance::{cases, Needs, Plain, ShmFactory};
 /// let all = cases::<Plain<ShmFactory>>();
-/// assert!(all.iter().any(|c| c.needs == Needs { faults: true, read: false }));
+/// assert!(all.iter().any(|c| c.needs == Needs { faults: true, ..Needs::default() }));
 /// assert!(all.iter().any(|c| c.needs.read));
-/// assert_eq!(Needs::default(), Needs { faults: false, read: false }); // runs anywhere
+/// assert!(all.iter().any(|c| c.needs.disconnect));
+/// let anywhere = Needs { faults: false, read: false, disconnect: false };
+/// assert_eq!(Needs::default(), anywhere);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
@@ -54,6 +58,8 @@ pub struct Needs {
     pub faults: bool,
     /// READ support.
     pub read: bool,
+    /// Detection of a peer that goes away ([`blockwire::Capabilities::remote_disconnect`]).
+    pub disconnect: bool,
 }
 
 /// One case of the suite.
@@ -131,6 +137,12 @@ fn skip_reason<F: Fixture>(fx: &F, needs: Needs) -> Option<String> {
         return Some(format!(
             "backend {} has no READ",
             probe.transport.backend_kind()
+        ));
+    }
+    if needs.disconnect && !probe.transport.capabilities().remote_disconnect {
+        return Some(format!(
+            "{} does not detect a remote disconnect in this setting",
+            fx.name()
         ));
     }
     None

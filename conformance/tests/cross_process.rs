@@ -85,3 +85,17 @@ fn shm_descriptor_not_matching_a_registered_region_is_refused() {
         .expect("the true descriptor connects");
     child.quit().expect("quit");
 }
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_shm_between_two_processes() {
+    blockwire_conformance::peer::drive(env!("CARGO_BIN_EXE_blockwire-peer"), "ucx", "tls=cma,tcp")
+        .expect("cross-process ucx over shared memory");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_tcp_between_two_processes() {
+    blockwire_conformance::peer::drive(env!("CARGO_BIN_EXE_blockwire-peer"), "ucx", "tls=tcp")
+        .expect("cross-process ucx over tcp");
+}

@@ -3,6 +3,14 @@
 //! `cargo test -p blockwire-conformance --test suite` (filters work as usual:
 //! `-- shm+faults::cancel`). Cases a fixture cannot run are listed as ignored, with the reason.
 
+/// The UCX transport settings the suite runs: shared memory (UCX 1.13's shared-memory
+/// transports cannot detect a peer's failure, so they run without peer error handling) and TCP.
+#[cfg(feature = "ucx")]
+const UCX_SETTINGS: [(&str, &str); 2] = [
+    ("shm", "tls=posix,cma,peer_errors=false"),
+    ("tcp", "tls=tcp"),
+];
+
 fn main() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -16,6 +24,14 @@ fn main() {
         use blockwire_conformance::{Faulty, Plain, ShmFactory, trials as suite};
         trials.extend(suite(Plain(ShmFactory::default())));
         trials.extend(suite(Faulty(ShmFactory::default())));
+    }
+    #[cfg(feature = "ucx")]
+    {
+        use blockwire_conformance::{Faulty, Plain, UcxFactory, trials as suite};
+        for (name, options) in UCX_SETTINGS {
+            trials.extend(suite(Plain(UcxFactory::new(name, options))));
+            trials.extend(suite(Faulty(UcxFactory::new(name, options))));
+        }
     }
     libtest_mimic::run(&args, trials).exit();
 }

@@ -88,11 +88,10 @@ mod live;
 mod process;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Op, PeerDescriptor, RegionSpan, XferState,
+    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, XferState,
 };
 
 use address::ShmAddress;
@@ -134,7 +133,7 @@ pub struct ShmBackend {
     live: Arc<LiveRegion>,
     address: ShmAddress,
     chunk_bytes: usize,
-    counters: Arc<Counters>,
+    counts: LiveCounts,
     /// What a connecting peer in another process reads to check a descriptor (its address is
     /// in the descriptor). Wiped on drop.
     identity: Box<Identity>,
@@ -178,7 +177,7 @@ pub struct ShmPeer {
     target: Arc<Target>,
     base: usize,
     num_blocks: u32,
-    _counted: Counted,
+    _live: Live,
 }
 
 /// A posted transfer.
@@ -202,29 +201,7 @@ pub struct ShmPeer {
 /// ```
 pub struct ShmXfer {
     progress: Arc<Progress>,
-    _counted: Counted,
-}
-
-#[derive(Default)]
-struct Counters {
-    peers: AtomicUsize,
-    xfers: AtomicUsize,
-}
-
-/// Counts one live resource while it exists.
-struct Counted(Arc<Counters>, fn(&Counters) -> &AtomicUsize);
-
-impl Counted {
-    fn new(c: &Arc<Counters>, which: fn(&Counters) -> &AtomicUsize) -> Self {
-        which(c).fetch_add(1, Ordering::SeqCst);
-        Counted(c.clone(), which)
-    }
-}
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        (self.1)(&self.0).fetch_sub(1, Ordering::SeqCst);
-    }
+    _live: Live,
 }
 
 impl ShmBackend {
@@ -294,7 +271,7 @@ impl ShmBackend {
             live,
             address,
             chunk_bytes,
-            counters: Arc::new(Counters::default()),
+            counts: LiveCounts::default(),
             identity,
             pool,
         })
@@ -413,6 +390,7 @@ impl Backend for ShmBackend {
         c.read = true;
         c.abort = true;
         c.cross_process = true;
+        c.remote_disconnect = true;
         c
     }
 
@@ -440,7 +418,7 @@ impl Backend for ShmBackend {
             target: Arc::new(target),
             base,
             num_blocks: desc.num_blocks,
-            _counted: Counted::new(&self.counters, |c| &c.peers),
+            _live: self.counts.peer(),
         })
     }
 
@@ -503,7 +481,7 @@ impl Backend for ShmBackend {
         })?;
         Ok(ShmXfer {
             progress,
-            _counted: Counted::new(&self.counters, |c| &c.xfers),
+            _live: self.counts.transfer(),
         })
     }
 
@@ -524,9 +502,6 @@ impl Backend for ShmBackend {
     }
 
     fn stats(&self) -> BackendStats {
-        BackendStats::new(
-            self.counters.peers.load(Ordering::SeqCst),
-            self.counters.xfers.load(Ordering::SeqCst),
-        )
+        self.counts.stats()
     }
 }

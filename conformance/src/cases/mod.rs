@@ -17,14 +17,19 @@ use crate::{Case, Fixture, Needs};
 const PLAIN: Needs = Needs {
     faults: false,
     read: false,
+    disconnect: false,
 };
 const FAULTS: Needs = Needs {
     faults: true,
-    read: false,
+    ..PLAIN
 };
 const READ: Needs = Needs {
-    faults: false,
     read: true,
+    ..PLAIN
+};
+const DISCONNECT: Needs = Needs {
+    disconnect: true,
+    ..PLAIN
 };
 
 macro_rules! case {
@@ -83,7 +88,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(remove::then_add_again, PLAIN),
         case!(failures::failing_state_check_is_terminal, FAULTS),
         case!(failures::remote_disconnect_fails_in_bounded_time, FAULTS),
-        case!(failures::remote_close_fails_transfers, PLAIN),
+        case!(failures::remote_close_fails_transfers, DISCONNECT),
         case!(failures::failed_submit_leaves_nothing_tracked, FAULTS),
         case!(close::idempotent, PLAIN),
         case!(close::with_transfers_in_flight, PLAIN),

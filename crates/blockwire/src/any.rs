@@ -1,6 +1,6 @@
 //! [`AnyTransport`] and opening a transport by backend name.
 
-#[cfg(feature = "shm")]
+#[cfg(any(feature = "shm", feature = "ucx"))]
 use crate::BlockTransport;
 use crate::{Region, TransportOptions};
 use blockwire_core::{Error, Result};
@@ -9,8 +9,8 @@ use blockwire_core::{Error, Result};
 /// [`open`]). One variant per backend cargo feature; every [`crate::Transport`] method is
 /// dispatched statically (`enum_dispatch`), with no virtual call.
 ///
-/// The other data paths join as variants behind their features (`Ucx`, `Libfabric`, `Nixl`)
-/// when their backends land.
+/// The other data paths join as variants behind their features (`Libfabric`, `Nixl`) when
+/// their backends land.
 ///
 /// ```
 /// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
@@ -25,6 +25,9 @@ pub enum AnyTransport {
     /// The shared-memory loopback (feature `shm`).
     #[cfg(feature = "shm")]
     Shm(BlockTransport<blockwire_shm::ShmBackend>),
+    /// Raw UCX RMA (feature `ucx`).
+    #[cfg(feature = "ucx")]
+    Ucx(BlockTransport<blockwire_ucx::UcxBackend>),
 }
 
 /// Names of the backends compiled into this build.
@@ -36,6 +39,8 @@ pub fn backends() -> &'static [&'static str] {
     &[
         #[cfg(feature = "shm")]
         "shm",
+        #[cfg(feature = "ucx")]
+        "ucx",
     ]
 }
 
@@ -57,6 +62,13 @@ pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<
             unsafe { blockwire_shm::ShmBackend::open(span, opts) }
         })
         .map(AnyTransport::Shm),
+        #[cfg(feature = "ucx")]
+        "ucx" => BlockTransport::open_with(region, options, |span, opts| {
+            // SAFETY: as for shm: the span of the region the transport owns, which outlives
+            // the backend and every peer and transfer it made.
+            unsafe { blockwire_ucx::UcxBackend::open(span, opts) }
+        })
+        .map(AnyTransport::Ucx),
         other => {
             drop(region);
             Err(Error::UnknownBackend {

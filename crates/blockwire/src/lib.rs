@@ -34,7 +34,7 @@
 //! # Ok::<(), blockwire::Error>(())
 //! ```
 
-#[cfg(feature = "shm")]
+#[cfg(any(feature = "shm", feature = "ucx"))]
 mod any;
 mod block_transport;
 mod options;
@@ -42,7 +42,7 @@ mod region;
 mod registration;
 mod transport;
 
-#[cfg(feature = "shm")]
+#[cfg(any(feature = "shm", feature = "ucx"))]
 pub use any::{AnyTransport, backends, open};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{

@@ -8,7 +8,7 @@ use enum_dispatch::enum_dispatch;
 
 use crate::{Region, Registration};
 // enum_dispatch writes the dispatching impl here, naming the enum and its variants' types.
-#[cfg(feature = "shm")]
+#[cfg(any(feature = "shm", feature = "ucx"))]
 #[allow(unused_imports)]
 use crate::{AnyTransport, BlockTransport};
 

@@ -34,7 +34,7 @@ mod options;
 mod span;
 mod xfer;
 
-pub use backend::{Backend, BackendStats, Capabilities};
+pub use backend::{Backend, BackendStats, Capabilities, Live, LiveCounts};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};

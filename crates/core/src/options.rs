@@ -33,22 +33,38 @@ impl BackendOptions {
         Self::default()
     }
 
-    /// Parses `k=v,k=v` (empty input gives no options).
+    /// Parses `k=v,k=v` (empty input gives no options). A value may itself hold commas, as
+    /// UCX transport lists do: a piece without `=` continues the previous value
+    /// (`tls=cma,tcp,progress=thread` sets `tls` to `cma,tcp`).
     ///
     /// ```
     /// # use blockwire_core::BackendOptions;
+    /// let mut o = BackendOptions::parse_list("tls=cma,tcp,progress=thread").unwrap();
+    /// assert_eq!(o.take::<String>("tls").unwrap().as_deref(), Some("cma,tcp"));
     /// assert!(BackendOptions::parse_list("novalue").is_err());
     /// ```
     pub fn parse_list(list: &str) -> Result<Self, BackendError> {
         let mut out = Self::new();
+        let mut last: Option<String> = None;
         for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-            let (k, v) = item.split_once('=').ok_or_else(|| {
-                BackendError::new(
-                    BackendErrorKind::InvalidOption,
-                    format!("option {item:?} is not key=value"),
-                )
-            })?;
-            out.set(k.trim(), v.trim());
+            match (item.split_once('='), &last) {
+                (Some((k, v)), _) => {
+                    out.set(k.trim(), v.trim());
+                    last = Some(k.trim().to_owned());
+                }
+                (None, Some(key)) => {
+                    if let Some(v) = out.values.get_mut(key) {
+                        v.push(',');
+                        v.push_str(item);
+                    }
+                }
+                (None, None) => {
+                    return Err(BackendError::new(
+                        BackendErrorKind::InvalidOption,
+                        format!("option {item:?} is not key=value"),
+                    ));
+                }
+            }
         }
         Ok(out)
     }
@@ -75,6 +91,23 @@ impl BackendOptions {
     /// ```
     pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>) {
         self.values.insert(key.into(), value.into());
+    }
+
+    /// The options as `k=v,k=v` (what [`BackendOptions::parse_list`] reads).
+    ///
+    /// ```
+    /// # use blockwire_core::BackendOptions;
+    /// let o = BackendOptions::new().with("b", "2").with("a", "1");
+    /// assert_eq!(o.to_list(), "a=1,b=2");
+    /// assert_eq!(BackendOptions::parse_list(&o.to_list()).unwrap(), o);
+    /// ```
+    pub fn to_list(&self) -> String {
+        let items: Vec<String> = self
+            .values
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        items.join(",")
     }
 
     /// Whether no option is set.

@@ -1,0 +1,475 @@
+//! # blockwire-ucx: raw UCP RMA on the system UCX
+//!
+//! - **Registration**: one `ucp_mem_map` of the whole region and one packed remote key in the
+//!   descriptor, next to the worker address; adding a peer unpacks that key once and computes
+//!   block addresses, so it costs the same for a thousand blocks as for a million.
+//! - **Transfers**: WRITE posts one `ucp_put_nbx` per block, READ one `ucp_get_nbx`, then a
+//!   `ucp_ep_flush_nbx` on the endpoint; the transfer is done when the flush completes, which
+//!   is when every byte is at the target (remote completion), not when the local buffer is
+//!   merely reusable.
+//! - **Progress**: by default a thread of the backend progresses the worker (spinning while
+//!   there is work, backing off to 1 ms sleeps when idle, woken by each post), so a passive
+//!   peer that never polls still receives writes: UCX over TCP, and over shared memory on
+//!   memory it did not allocate, emulates RMA with active messages that the target must
+//!   progress. `progress=caller` progresses only inside `poll`.
+//! - **Threads**: the worker is created with `UCS_THREAD_MODE_MULTI`: posts from any session
+//!   thread, connects on the registration worker and the progress thread share it, and UCX
+//!   serializes them.
+//! - **Failures**: endpoints use `UCP_ERR_HANDLING_MODE_PEER` with an error callback (unless
+//!   `peer_errors=false`); a dead peer's outstanding operations complete with an error, so its
+//!   transfers fail with the remote-disconnect reason, and later posts to it are refused at
+//!   once.
+//! - **Cancel**: UCX cannot cancel an RMA in flight, so [`Capabilities::abort`] is false and a
+//!   transfer reports busy to `release` until its flush completes.
+//!
+//! ## Options
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `tls` | UCX's default (`UCX_TLS`) | transports, as `UCX_TLS`: `tcp`, `posix,cma,self`, ... |
+//! | `net_devices` | UCX's default (`UCX_NET_DEVICES`) | network devices, for example `lo` |
+//! | `progress` | `thread` | `thread` or `caller` (see above) |
+//! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) |
+//!
+//! UCX's own `UCX_*` environment variables apply too; these options override them.
+//!
+//! ```
+//! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+//! use blockwire_ucx::UcxBackend;
+//! use std::ptr::NonNull;
+//!
+//! let mut a = vec![7u8; 4 * 1024];
+//! let mut b = vec![0u8; 4 * 1024];
+//! let span = |v: &mut Vec<u8>| RegionSpan::new(NonNull::new(v.as_mut_ptr()).unwrap(), 4, 1024).unwrap();
+//! // SAFETY: both vectors outlive both backends and are not accessed while they run.
+//! let (ba, bb) = unsafe {
+//!     (UcxBackend::open(span(&mut a), BackendOptions::new())?,
+//!      UcxBackend::open(span(&mut b), BackendOptions::new())?)
+//! };
+//! let desc = PeerDescriptor::new("ucx", bb.address(), b.as_ptr() as u64, 4, 1024, "");
+//! let peer = ba.connect(&desc)?;
+//! let mut x = ba.post(&peer, Op::Write, &[0], &[3])?;
+//! while ba.state(&mut x) == XferState::Running {}
+//! assert!(ba.release(x).is_ok());
+//! ba.disconnect(peer);
+//! drop((ba, bb));
+//! assert_eq!(b[3 * 1024], 7);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod address;
+mod status;
+mod worker;
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI8, AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
+    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, XferState,
+};
+use ucx_sys::*;
+
+use address::UcxAddress;
+pub use worker::Progress;
+use worker::{Settings, Ucx};
+
+/// The backend kind written in descriptors.
+///
+/// ```
+/// assert_eq!(blockwire_ucx::KIND, "ucx");
+/// ```
+pub const KIND: &str = "ucx";
+
+/// The raw UCX backend (see the crate docs).
+pub struct UcxBackend {
+    span: RegionSpan,
+    ucx: Arc<Ucx>,
+    counts: LiveCounts,
+    peer_errors: bool,
+}
+
+/// A connected peer: an endpoint and the unpacked remote key of its region.
+pub struct UcxPeer {
+    ucx: Arc<Ucx>,
+    ep: ucp_ep_h,
+    rkey: ucp_rkey_h,
+    base: u64,
+    num_blocks: u32,
+    /// Set by the endpoint's error callback; owned through a raw `Arc` while the endpoint
+    /// exists.
+    health: *const PeerHealth,
+    _live: Live,
+}
+
+// SAFETY: the endpoint and remote key belong to a UCS_THREAD_MODE_MULTI worker, which
+// serializes every call on them; `health` points to an `Arc` allocation this peer owns.
+unsafe impl Send for UcxPeer {}
+// SAFETY: as for `Send`; shared references only post operations (serialized by UCX) and read
+// atomics.
+unsafe impl Sync for UcxPeer {}
+
+struct PeerHealth {
+    /// `UCS_OK` while healthy, else the status the error callback reported.
+    status: AtomicI8,
+}
+
+/// A posted transfer.
+pub struct UcxXfer {
+    shared: Arc<Completion>,
+    ucx: Arc<Ucx>,
+    _live: Live,
+}
+
+const RUNNING: u8 = 0;
+const DONE: u8 = 1;
+const FAILED: u8 = 2;
+
+/// Completion of a transfer's flush, set by the flush callback.
+struct Completion {
+    state: AtomicU8,
+    status: AtomicI8,
+    /// The first error a put or get returned when posted (later ones were not posted).
+    post_error: AtomicI8,
+}
+
+impl Completion {
+    fn complete(&self, status: ucs_status_t) {
+        let post_error = self.post_error.load(Ordering::Acquire);
+        let status = if status == UCS_OK { post_error } else { status };
+        self.status.store(status, Ordering::Release);
+        let state = if status == UCS_OK { DONE } else { FAILED };
+        self.state.store(state, Ordering::Release);
+    }
+}
+
+unsafe extern "C" fn flush_done(
+    request: *mut c_void,
+    status: ucs_status_t,
+    user_data: *mut c_void,
+) {
+    // SAFETY: `user_data` is the `Arc<Completion>` leaked for this flush in `post`; the
+    // callback runs once, so it is reclaimed once.
+    let shared = unsafe { Arc::from_raw(user_data as *const Completion) };
+    shared.complete(status);
+    // SAFETY: `request` is this flush's request; UCX allows releasing it in its callback.
+    unsafe { ucp_request_free(request) };
+}
+
+unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
+    // SAFETY: `arg` is the `PeerHealth` the peer keeps alive until its endpoint is closed.
+    let health = unsafe { &*(arg as *const PeerHealth) };
+    health.status.store(status, Ordering::Release);
+    tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
+}
+
+impl UcxBackend {
+    /// Opens the backend over `span` with the options in the crate docs.
+    ///
+    /// # Safety
+    ///
+    /// The memory `span` describes must stay allocated until this backend, and every peer and
+    /// transfer it made, has been dropped: UCX reads and writes it (and remote peers write
+    /// into it) until then.
+    ///
+    /// ```
+    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 2 * 512];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
+    /// let opts = BackendOptions::new().with("tls", "tcp").with("progress", "caller");
+    /// // SAFETY: `mem` outlives the backend.
+    /// let b = unsafe { blockwire_ucx::UcxBackend::open(span, opts)? };
+    /// assert_eq!(b.kind(), "ucx");
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+        let open_err = |source| Error::Open {
+            kind: KIND.into(),
+            source,
+        };
+        let tls = options.take::<String>("tls").map_err(open_err)?;
+        let net_devices = options.take::<String>("net_devices").map_err(open_err)?;
+        let progress = match options
+            .take::<String>("progress")
+            .map_err(open_err)?
+            .as_deref()
+        {
+            None | Some("thread") => Progress::Thread,
+            Some("caller") => Progress::Caller,
+            Some(other) => {
+                return Err(open_err(BackendError::new(
+                    BackendErrorKind::InvalidOption,
+                    format!("progress={other:?}: expected thread or caller"),
+                )));
+            }
+        };
+        let peer_errors = options
+            .take::<bool>("peer_errors")
+            .map_err(open_err)?
+            .unwrap_or(true);
+        options.finish(KIND).map_err(open_err)?;
+        let settings = Settings {
+            tls,
+            net_devices,
+            progress,
+        };
+        let ucx = Ucx::open(span, &settings).map_err(open_err)?;
+        tracing::debug!(?settings, peer_errors, "ucx backend opened");
+        Ok(UcxBackend {
+            span,
+            ucx,
+            counts: LiveCounts::default(),
+            peer_errors,
+        })
+    }
+}
+
+impl Backend for UcxBackend {
+    type Peer = UcxPeer;
+    type Xfer = UcxXfer;
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        c.read = true;
+        c.cross_process = true;
+        c.remote_disconnect = self.peer_errors;
+        c
+    }
+
+    fn address(&self) -> Vec<u8> {
+        UcxAddress {
+            worker: self.ucx.worker_address.clone(),
+            rkey: self.ucx.rkey.clone(),
+        }
+        .to_bytes()
+    }
+
+    fn connect(&self, desc: &PeerDescriptor) -> Result<UcxPeer, BackendError> {
+        let addr = UcxAddress::from_bytes(&desc.address)?;
+        let health = Arc::into_raw(Arc::new(PeerHealth {
+            status: AtomicI8::new(UCS_OK),
+        }));
+        let params = ucp_ep_params_t {
+            field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
+                | UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
+            address: addr.worker.as_ptr().cast(),
+            err_mode: if self.peer_errors {
+                UCP_ERR_HANDLING_MODE_PEER
+            } else {
+                UCP_ERR_HANDLING_MODE_NONE
+            },
+            err_handler: ucp_err_handler_t {
+                cb: Some(endpoint_failed),
+                arg: health as *mut c_void,
+            },
+            ..Default::default()
+        };
+        let mut ep: ucp_ep_h = ptr::null_mut();
+        // SAFETY: a live worker; `params` points to the worker address bytes, which UCX copies
+        // during the call; `health` stays alive until the endpoint is closed.
+        let status = unsafe { ucp_ep_create(self.ucx.worker, &params, &mut ep) };
+        if status != UCS_OK {
+            // SAFETY: no endpoint holds `health`; reclaim the Arc leaked above.
+            drop(unsafe { Arc::from_raw(health) });
+            let e = status::error("ucp_ep_create", status);
+            return Err(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                e.message(),
+            ));
+        }
+        let mut rkey: ucp_rkey_h = ptr::null_mut();
+        // SAFETY: a live endpoint and the packed key bytes from the descriptor.
+        let status = unsafe { ucp_ep_rkey_unpack(ep, addr.rkey.as_ptr().cast(), &mut rkey) };
+        let mut peer = UcxPeer {
+            ucx: self.ucx.clone(),
+            ep,
+            rkey,
+            base: desc.base_addr,
+            num_blocks: desc.num_blocks,
+            health,
+            _live: self.counts.peer(),
+        };
+        if status != UCS_OK {
+            peer.rkey = ptr::null_mut();
+            close_peer(peer);
+            let e = status::error("ucp_ep_rkey_unpack", status);
+            return Err(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                e.message(),
+            ));
+        }
+        Ok(peer)
+    }
+
+    fn disconnect(&self, peer: UcxPeer) {
+        close_peer(peer);
+    }
+
+    fn post(
+        &self,
+        peer: &UcxPeer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<UcxXfer, BackendError> {
+        // SAFETY: `health` lives as long as the peer.
+        let health = unsafe { &*peer.health }.status.load(Ordering::Acquire);
+        if health != UCS_OK {
+            return Err(status::error("peer endpoint failed", health));
+        }
+        let block_len = self.span.block_len();
+        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
+        if local.len() != remote.len() {
+            return Err(bad("index lists differ in length".into()));
+        }
+        let shared = Arc::new(Completion {
+            state: AtomicU8::new(RUNNING),
+            status: AtomicI8::new(UCS_OK),
+            post_error: AtomicI8::new(UCS_OK),
+        });
+        let plain = ucp_request_param_t::default();
+        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
+            let loff = self
+                .span
+                .block_offset(l)
+                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
+            if r >= peer.num_blocks {
+                return Err(bad(format!("remote block {r} out of range")));
+            }
+            // SAFETY: `loff` is inside the region (checked above).
+            let local_ptr = unsafe { self.span.base().as_ptr().add(loff) };
+            let remote_addr = peer.base + u64::from(r) * block_len as u64;
+            // SAFETY: the local block is valid for `block_len` bytes until the backend is
+            // dropped, which happens only after this transfer is released; the remote range
+            // lies inside the peer's registered region (index checked, size checked when the
+            // descriptor was validated); the endpoint and key are live.
+            let request = unsafe {
+                match op {
+                    Op::Write => ucp_put_nbx(
+                        peer.ep,
+                        local_ptr.cast(),
+                        block_len,
+                        remote_addr,
+                        peer.rkey,
+                        &plain,
+                    ),
+                    Op::Read => ucp_get_nbx(
+                        peer.ep,
+                        local_ptr.cast(),
+                        block_len,
+                        remote_addr,
+                        peer.rkey,
+                        &plain,
+                    ),
+                }
+            };
+            if UCS_PTR_IS_ERR(request) {
+                let status = UCS_PTR_STATUS(request);
+                if i == 0 {
+                    return Err(status::error(&format!("posting {op}"), status));
+                }
+                // Earlier blocks are in flight: flush them, then report the failure.
+                shared.post_error.store(status, Ordering::Release);
+                break;
+            }
+            if UCS_PTR_IS_PTR(request) {
+                // The flush below covers its completion; no callback is needed.
+                // SAFETY: a request handle returned by the call above, released once.
+                unsafe { ucp_request_free(request) };
+            }
+        }
+        let user_data = Arc::into_raw(shared.clone());
+        let params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            cb: ucp_request_param_t__bindgen_ty_1 {
+                send: Some(flush_done),
+            },
+            user_data: user_data as *mut c_void,
+            ..Default::default()
+        };
+        // SAFETY: a live endpoint; the callback reclaims `user_data` exactly once.
+        let request = unsafe { ucp_ep_flush_nbx(peer.ep, &params) };
+        if !UCS_PTR_IS_PTR(request) {
+            // Completed (or failed) at once: the callback will not run.
+            // SAFETY: reclaims the Arc leaked for the callback that will not run.
+            drop(unsafe { Arc::from_raw(user_data) });
+            shared.complete(UCS_PTR_STATUS(request));
+        }
+        self.ucx.kick();
+        Ok(UcxXfer {
+            shared,
+            ucx: self.ucx.clone(),
+            _live: self.counts.transfer(),
+        })
+    }
+
+    fn state(&self, xfer: &mut UcxXfer) -> XferState {
+        if xfer.ucx.mode == Progress::Caller {
+            xfer.ucx.progress_once();
+        }
+        match xfer.shared.state.load(Ordering::Acquire) {
+            RUNNING => XferState::Running,
+            DONE => XferState::Done,
+            _ => XferState::Failed(status::reason(
+                "transfer",
+                xfer.shared.status.load(Ordering::Acquire),
+            )),
+        }
+    }
+
+    fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {
+        // UCX cannot cancel an RMA in flight: busy until the flush has completed.
+        if xfer.shared.state.load(Ordering::Acquire) == RUNNING {
+            Err(xfer)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.counts.stats()
+    }
+}
+
+/// Destroys the key, closes the endpoint (progressing until UCX is done with it, bounded),
+/// then frees the error-callback state.
+fn close_peer(peer: UcxPeer) {
+    // SAFETY: the key and endpoint are live and released once; no transfer to this peer is
+    // held (the generic layer disconnects only after every transfer is released).
+    unsafe {
+        if !peer.rkey.is_null() {
+            ucp_rkey_destroy(peer.rkey);
+        }
+        // A healthy endpoint closes gracefully (UCX 1.13 asserts when a forced close races
+        // the endpoint's own wireup); a failed one is closed by force.
+        let failed = (*peer.health).status.load(Ordering::Acquire) != UCS_OK;
+        let params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+            flags: if failed { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
+            ..Default::default()
+        };
+        let request = ucp_ep_close_nbx(peer.ep, &params);
+        let mut closed = !UCS_PTR_IS_PTR(request);
+        if !closed {
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while ucp_request_check_status(request) == UCS_INPROGRESS && Instant::now() < deadline {
+                peer.ucx.progress_once();
+            }
+            closed = ucp_request_check_status(request) != UCS_INPROGRESS;
+            ucp_request_free(request);
+        }
+        if closed {
+            drop(Arc::from_raw(peer.health));
+        } else {
+            tracing::warn!("ucx endpoint close did not finish; its error state is leaked");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The UCP context, its one worker, the region's registration, and the progress thread.
+
+use std::ffi::CString;
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
+use ucx_sys::*;
+
+use crate::status::{check, error};
+
+/// How the worker makes progress.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Progress {
+    /// A thread of the backend progresses the worker, so a passive peer that never polls still
+    /// receives writes (UCX over TCP, and over shared memory on memory it did not allocate,
+    /// emulates RMA with active messages, which the target must progress).
+    Thread,
+    /// Only `poll` (a state check) progresses the worker: no extra thread, but a peer must keep
+    /// polling for writes to reach it.
+    Caller,
+}
+
+/// Settings from the backend options.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) tls: Option<String>,
+    pub(crate) net_devices: Option<String>,
+    pub(crate) progress: Progress,
+}
+
+struct WorkerPtr(ucp_worker_h);
+// SAFETY: the worker is created with UCS_THREAD_MODE_MULTI, so UCX serializes calls on it from
+// any thread; the pointer itself is just an address.
+unsafe impl Send for WorkerPtr {}
+
+/// Everything UCX: dropped last, after every peer and transfer (they hold an `Arc` of it).
+pub(crate) struct Ucx {
+    pub(crate) context: ucp_context_h,
+    pub(crate) worker: ucp_worker_h,
+    memh: ucp_mem_h,
+    /// The worker's address, for descriptors.
+    pub(crate) worker_address: Vec<u8>,
+    /// The packed remote key of the whole region, for descriptors.
+    pub(crate) rkey: Vec<u8>,
+    stop: Arc<AtomicBool>,
+    progress: Option<JoinHandle<()>>,
+    pub(crate) mode: Progress,
+}
+
+// SAFETY: the context is used only for rkey packing at open and cleanup at drop; the worker is
+// thread-safe (UCS_THREAD_MODE_MULTI); `memh` is only unmapped at drop.
+unsafe impl Send for Ucx {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Ucx {}
+
+fn config_set(config: *mut ucp_config_t, name: &str, value: &str) -> Result<(), BackendError> {
+    let bad = |_| BackendError::new(BackendErrorKind::InvalidOption, format!("{name}={value:?}"));
+    let (n, v) = (
+        CString::new(name).map_err(bad)?,
+        CString::new(value).map_err(bad)?,
+    );
+    // SAFETY: `config` came from ucp_config_read; both strings are NUL-terminated and live.
+    let status = unsafe { ucp_config_modify(config, n.as_ptr(), v.as_ptr()) };
+    check(&format!("setting UCX {name}={value}"), status)
+        .map_err(|e| BackendError::new(BackendErrorKind::InvalidOption, e.message().to_owned()))
+}
+
+impl Ucx {
+    /// Creates the context and worker and registers `span` (one registration for the region).
+    pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Ucx>, BackendError> {
+        let mut config: *mut ucp_config_t = ptr::null_mut();
+        // SAFETY: null prefix and file mean the defaults plus UCX_* environment variables.
+        check("reading UCX config", unsafe {
+            ucp_config_read(ptr::null(), ptr::null(), &mut config)
+        })?;
+        let configured = (|| {
+            if let Some(tls) = &settings.tls {
+                config_set(config, "TLS", tls)?;
+            }
+            if let Some(dev) = &settings.net_devices {
+                config_set(config, "NET_DEVICES", dev)?;
+            }
+            Ok::<(), BackendError>(())
+        })();
+        let mut context: ucp_context_h = ptr::null_mut();
+        let init = configured.and_then(|()| {
+            let params = ucp_params_t {
+                field_mask: UCP_PARAM_FIELD_FEATURES as u64,
+                features: UCP_FEATURE_RMA as u64,
+                ..Default::default()
+            };
+            // SAFETY: valid params and config, a writable handle.
+            check("ucp_init", unsafe {
+                ucp_init(&params, config, &mut context)
+            })
+        });
+        // SAFETY: `config` came from ucp_config_read and is not used after this.
+        unsafe { ucp_config_release(config) };
+        init?;
+        let mut ucx = Ucx {
+            context,
+            worker: ptr::null_mut(),
+            memh: ptr::null_mut(),
+            worker_address: Vec::new(),
+            rkey: Vec::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            progress: None,
+            mode: settings.progress,
+        };
+        // From here on, `ucx`'s Drop releases whatever was made.
+        let wparams = ucp_worker_params_t {
+            field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
+            thread_mode: UCS_THREAD_MODE_MULTI,
+            ..Default::default()
+        };
+        // SAFETY: a live context, valid params, a writable handle.
+        check("ucp_worker_create", unsafe {
+            ucp_worker_create(ucx.context, &wparams, &mut ucx.worker)
+        })?;
+        let mut addr: *mut ucp_address_t = ptr::null_mut();
+        let mut addr_len: usize = 0;
+        // SAFETY: a live worker; UCX allocates the address, released below.
+        check("ucp_worker_get_address", unsafe {
+            ucp_worker_get_address(ucx.worker, &mut addr, &mut addr_len)
+        })?;
+        // SAFETY: UCX returned `addr_len` readable bytes at `addr`.
+        ucx.worker_address =
+            unsafe { std::slice::from_raw_parts(addr as *const u8, addr_len) }.to_vec();
+        // SAFETY: `addr` came from ucp_worker_get_address on this worker.
+        unsafe { ucp_worker_release_address(ucx.worker, addr) };
+        let mparams = ucp_mem_map_params_t {
+            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH) as u64,
+            address: span.base().as_ptr().cast(),
+            length: span.len(),
+            ..Default::default()
+        };
+        // SAFETY: the span is valid for its length until the backend is dropped (the caller's
+        // contract), and it is unmapped in Drop before that.
+        check("ucp_mem_map", unsafe {
+            ucp_mem_map(ucx.context, &mparams, &mut ucx.memh)
+        })?;
+        let mut rkey: *mut std::ffi::c_void = ptr::null_mut();
+        let mut rkey_len: usize = 0;
+        // SAFETY: live context and memh; UCX allocates the buffer, released below.
+        check("ucp_rkey_pack", unsafe {
+            ucp_rkey_pack(ucx.context, ucx.memh, &mut rkey, &mut rkey_len)
+        })?;
+        // SAFETY: UCX returned `rkey_len` readable bytes at `rkey`.
+        ucx.rkey = unsafe { std::slice::from_raw_parts(rkey as *const u8, rkey_len) }.to_vec();
+        // SAFETY: `rkey` came from ucp_rkey_pack.
+        unsafe { ucp_rkey_buffer_release(rkey) };
+        if settings.progress == Progress::Thread {
+            let worker = WorkerPtr(ucx.worker);
+            let stop = ucx.stop.clone();
+            let handle = std::thread::Builder::new()
+                .name("blockwire-ucx-progress".into())
+                .spawn(move || progress_loop(worker, &stop))
+                .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
+            ucx.progress = Some(handle);
+        }
+        Ok(Arc::new(ucx))
+    }
+
+    /// Wakes the progress thread (after a post, so it spins instead of sleeping).
+    pub(crate) fn kick(&self) {
+        if let Some(t) = &self.progress {
+            t.thread().unpark();
+        }
+    }
+
+    /// Progresses the worker once from the calling thread.
+    pub(crate) fn progress_once(&self) -> u32 {
+        // SAFETY: a live, thread-safe worker.
+        unsafe { ucp_worker_progress(self.worker) }
+    }
+}
+
+impl Ucx {
+    /// Flushes the whole worker, progressing it from this thread, for at most `limit`: wireup
+    /// messages of endpoints UCX made for peers (a reply still pending at destroy makes UCX 1.13
+    /// assert) get sent before the worker goes away.
+    fn drain_worker(&self, limit: Duration) {
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let user_data = std::sync::Arc::into_raw(done.clone());
+        let params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
+            cb: ucp_request_param_t__bindgen_ty_1 {
+                send: Some(worker_flushed),
+            },
+            user_data: user_data as *mut std::ffi::c_void,
+            ..Default::default()
+        };
+        // SAFETY: a live worker; the callback reclaims `user_data` once.
+        let request = unsafe { ucp_worker_flush_nbx(self.worker, &params) };
+        if !UCS_PTR_IS_PTR(request) {
+            // SAFETY: the callback will not run; reclaim its Arc.
+            drop(unsafe { std::sync::Arc::from_raw(user_data) });
+            return;
+        }
+        let deadline = std::time::Instant::now() + limit;
+        while !done.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+            self.progress_once();
+        }
+        if !done.load(Ordering::Acquire) {
+            tracing::debug!("ucx worker flush did not finish before teardown");
+        }
+    }
+}
+
+unsafe extern "C" fn worker_flushed(
+    request: *mut std::ffi::c_void,
+    _status: ucs_status_t,
+    user_data: *mut std::ffi::c_void,
+) {
+    // SAFETY: `user_data` is the Arc leaked in `drain_worker`, reclaimed once here.
+    let done = unsafe { std::sync::Arc::from_raw(user_data as *const AtomicBool) };
+    done.store(true, Ordering::Release);
+    // SAFETY: this flush's request, released in its callback.
+    unsafe { ucp_request_free(request) };
+}
+
+fn progress_loop(worker: WorkerPtr, stop: &AtomicBool) {
+    let mut idle: u32 = 0;
+    while !stop.load(Ordering::Acquire) {
+        // SAFETY: the worker outlives this thread: `Ucx::drop` stops and joins it first.
+        let events = unsafe { ucp_worker_progress(worker.0) };
+        if events > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < 256 {
+            std::hint::spin_loop();
+            continue;
+        }
+        // Idle: back off from 10 us to 1 ms; a post wakes the thread at once.
+        let shift = (idle - 256).min(7);
+        std::thread::park_timeout(Duration::from_micros(10 << shift).min(Duration::from_millis(1)));
+    }
+}
+
+impl Drop for Ucx {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.progress.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        if !self.worker.is_null() {
+            self.drain_worker(Duration::from_secs(1));
+        }
+        // SAFETY: each handle was created above and is released once, in reverse order; no
+        // peer or transfer is left (they hold an Arc of this), and no thread progresses the
+        // worker any more.
+        unsafe {
+            if !self.memh.is_null() {
+                let status = ucp_mem_unmap(self.context, self.memh);
+                if status != UCS_OK {
+                    tracing::warn!(error = %error("ucp_mem_unmap", status), "ucx teardown");
+                }
+            }
+            if !self.worker.is_null() {
+                ucp_worker_destroy(self.worker);
+            }
+            if !self.context.is_null() {
+                ucp_cleanup(self.context);
+            }
+        }
+    }
+}
