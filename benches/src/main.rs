@@ -98,7 +98,43 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!();
         }
     }
+    println!("add_remote_peer (median of 5, blocks of 64 bytes)");
+    println!(
+        "{:>10} {:>12} {:>12} {:>12}",
+        "backend", "1,000", "19,599", "1,000,000"
+    );
+    for backend in &args.backends {
+        let mut row = format!("{backend:>10}");
+        for blocks in [1_000u32, 19_599, 1_000_000] {
+            let us = registration_us(backend, blocks)?;
+            row.push_str(&format!(" {:>10.1}us", us));
+        }
+        println!("{row}");
+    }
     Ok(())
+}
+
+/// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds.
+fn registration_us(backend: &str, blocks: u32) -> Result<f64, Box<dyn std::error::Error>> {
+    let open = || {
+        blockwire::open(
+            backend,
+            Region::new(blocks, 64)?,
+            TransportOptions::default(),
+        )
+    };
+    let (a, b) = (open()?, open()?);
+    let desc = b.descriptor()?;
+    let peer = PeerId::from("b");
+    let mut times = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        a.add_remote_peer(&peer, &desc)?;
+        times.push(t.elapsed().as_secs_f64() * 1e6);
+        a.remove_remote_peer(&peer)?;
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 /// Single-thread copy throughput over a working set of `bytes` (source and destination of
