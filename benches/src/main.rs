@@ -14,7 +14,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{Op, PeerId, Region, Transport, TransportOptions};
+use blockwire::{AnyTransport, BackendOptions, Op, PeerId, Region, Transport, TransportOptions};
 use clap::Parser;
 
 /// Compare blockwire backends: GB/s per block size, against the memory ceiling.
@@ -45,6 +45,41 @@ struct Args {
     /// A short run for CI: two sizes, short measurements, smaller regions.
     #[arg(long)]
     quick: bool,
+    /// Backend options, `BACKEND:k=v,...` (repeatable), e.g. `ucx:tls=posix,cma,peer_errors=false`.
+    #[arg(long = "opt")]
+    opts: Vec<String>,
+    /// Let each backend allocate its regions (UCX: `ucp_mem_map` ALLOCATE).
+    #[arg(long)]
+    allocate: bool,
+}
+
+impl Args {
+    /// Transport options for `backend`, with its `--opt` settings.
+    fn options(&self, backend: &str) -> Result<TransportOptions, Box<dyn std::error::Error>> {
+        let mut opts = BackendOptions::new();
+        for o in &self.opts {
+            if let Some(list) = o.strip_prefix(backend).and_then(|r| r.strip_prefix(':')) {
+                for (k, v) in BackendOptions::parse_list(list)?.iter() {
+                    opts.set(k, v);
+                }
+            }
+        }
+        Ok(TransportOptions::default().with_backend_options(opts))
+    }
+
+    fn open(
+        &self,
+        backend: &str,
+        blocks: u32,
+        block: usize,
+    ) -> Result<AnyTransport, Box<dyn std::error::Error>> {
+        let options = self.options(backend)?;
+        Ok(if self.allocate {
+            blockwire::open_allocated(backend, blocks, block, options)?
+        } else {
+            blockwire::open(backend, Region::new(blocks, block)?, options)?
+        })
+    }
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -106,7 +141,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     for backend in &args.backends {
         let mut row = format!("{backend:>10}");
         for blocks in [1_000u32, 19_599, 1_000_000] {
-            let us = registration_us(backend, blocks)?;
+            let us = registration_us(&args, backend, blocks)?;
             row.push_str(&format!(" {:>10.1}us", us));
         }
         println!("{row}");
@@ -115,15 +150,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds.
-fn registration_us(backend: &str, blocks: u32) -> Result<f64, Box<dyn std::error::Error>> {
-    let open = || {
-        blockwire::open(
-            backend,
-            Region::new(blocks, 64)?,
-            TransportOptions::default(),
-        )
-    };
-    let (a, b) = (open()?, open()?);
+fn registration_us(
+    args: &Args,
+    backend: &str,
+    blocks: u32,
+) -> Result<f64, Box<dyn std::error::Error>> {
+    let (a, b) = (
+        args.open(backend, blocks, 64)?,
+        args.open(backend, blocks, 64)?,
+    );
     let desc = b.descriptor()?;
     let peer = PeerId::from("b");
     let mut times = Vec::new();
@@ -170,14 +205,10 @@ fn run_point(
 ) -> Result<Point, Box<dyn std::error::Error>> {
     let blocks = u32::try_from((region_bytes / block).max(1))?;
     let batch = args.batch.min(blocks);
-    let open = || {
-        blockwire::open(
-            backend,
-            Region::new(blocks, block)?,
-            TransportOptions::default(),
-        )
-    };
-    let (a, b) = (open()?, open()?);
+    let (a, b) = (
+        args.open(backend, blocks, block)?,
+        args.open(backend, blocks, block)?,
+    );
     for i in 0..blocks {
         a.region().fill_block(i, (i % 251) as u8)?;
         b.region().fill_block(i, (i % 241) as u8)?;

@@ -361,3 +361,65 @@ impl BackendFactory for UcxFactory {
         unsafe { blockwire_ucx::UcxBackend::open(span, options) }
     }
 }
+
+/// The ucx backend over regions UCX allocates itself (`ucp_mem_map` ALLOCATE), named
+/// `ucx-<name>-alloc`: on shared memory, the path of true one-sided puts. Without fault
+/// injection.
+///
+/// ```
+/// # #[cfg(feature = "ucx")] {
+/// use blockwire_conformance::{Fixture, Spec, UcxAllocated};
+/// let fx = UcxAllocated::new("tcp", "tls=tcp");
+/// let o = fx.open(&Spec::new(4, 4096))?;
+/// assert!(o.faults.is_none());
+/// # }
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+#[cfg(feature = "ucx")]
+pub struct UcxAllocated(UcxFactory);
+
+#[cfg(feature = "ucx")]
+impl UcxAllocated {
+    /// A fixture named `ucx-<name>-alloc` with these backend options (`k=v,...`).
+    ///
+    /// ```
+    /// # #[cfg(feature = "ucx")] {
+    /// use blockwire_conformance::Fixture;
+    /// let fx = blockwire_conformance::UcxAllocated::new("shm", "tls=posix,cma,peer_errors=false");
+    /// assert_eq!(fx.name(), "ucx-shm-alloc");
+    /// # }
+    /// ```
+    pub fn new(name: &str, options: &str) -> Self {
+        UcxAllocated(UcxFactory::new(name, options))
+    }
+}
+
+#[cfg(feature = "ucx")]
+impl Fixture for UcxAllocated {
+    type Transport = BlockTransport<blockwire_ucx::UcxBackend>;
+
+    fn name(&self) -> String {
+        format!("{}-alloc", self.0.name())
+    }
+
+    fn open(&self, spec: &Spec) -> Result<Opened<Self::Transport>> {
+        let (backend, span) = blockwire_ucx::UcxBackend::open_allocated(
+            spec.num_blocks,
+            spec.block_len,
+            self.0.options(),
+        )?;
+        // SAFETY: the memory belongs to the backend, which the transport drops before the
+        // region; the region never frees it.
+        let region = unsafe {
+            Region::from_raw_parts(span.base().as_ptr(), spec.num_blocks, spec.block_len)?
+        };
+        let transport =
+            BlockTransport::open_with(region, spec.options(BackendOptions::new()), |_, _| {
+                Ok(backend)
+            })?;
+        Ok(Opened {
+            transport,
+            faults: None,
+        })
+    }
+}

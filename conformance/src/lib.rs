@@ -37,9 +37,9 @@ use libtest_mimic::{Completion, Trial};
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
 #[cfg(feature = "shm")]
 pub use fixture::ShmFactory;
-#[cfg(feature = "ucx")]
-pub use fixture::UcxFactory;
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
+#[cfg(feature = "ucx")]
+pub use fixture::{UcxAllocated, UcxFactory};
 
 /// What a case needs from a fixture; without it the case is reported as ignored.
 ///

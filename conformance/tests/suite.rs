@@ -27,10 +27,11 @@ fn main() {
     }
     #[cfg(feature = "ucx")]
     {
-        use blockwire_conformance::{Faulty, Plain, UcxFactory, trials as suite};
+        use blockwire_conformance::{Faulty, Plain, UcxAllocated, UcxFactory, trials as suite};
         for (name, options) in UCX_SETTINGS {
             trials.extend(suite(Plain(UcxFactory::new(name, options))));
             trials.extend(suite(Faulty(UcxFactory::new(name, options))));
+            trials.extend(suite(UcxAllocated::new(name, options)));
         }
     }
     libtest_mimic::run(&args, trials).exit();

@@ -75,7 +75,7 @@ use ucx_sys::*;
 
 use address::UcxAddress;
 pub use worker::Progress;
-use worker::{Settings, Ucx};
+use worker::{Memory, Settings, Ucx};
 
 /// The backend kind written in descriptors.
 ///
@@ -185,7 +185,46 @@ impl UcxBackend {
     /// assert_eq!(b.kind(), "ucx");
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+    pub unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self, Error> {
+        Self::open_memory(Memory::Caller(span), options)
+    }
+
+    /// Opens the backend over a region UCX allocates (`ucp_mem_map` with
+    /// `UCP_MEM_MAP_ALLOCATE`): `num_blocks` blocks of `block_len` bytes, valid until the
+    /// backend (and every peer and transfer it made) is dropped. Returns the region's span.
+    /// On shared-memory transports peers write into such memory with true one-sided puts,
+    /// where the caller's memory gets software emulation over active messages.
+    ///
+    /// ```
+    /// use blockwire_core::{Backend, BackendOptions};
+    /// let (b, span) = blockwire_ucx::UcxBackend::open_allocated(4, 4096, BackendOptions::new())?;
+    /// assert_eq!(span.len(), 4 * 4096);
+    /// assert_eq!(b.kind(), "ucx");
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub fn open_allocated(
+        num_blocks: u32,
+        block_len: usize,
+        options: BackendOptions,
+    ) -> Result<(Self, RegionSpan), Error> {
+        if (num_blocks as usize)
+            .checked_mul(block_len)
+            .is_none_or(|l| l == 0)
+        {
+            return Err(Error::Region(format!(
+                "{num_blocks} blocks of {block_len} bytes is empty or overflows"
+            )));
+        }
+        let memory = Memory::Allocate {
+            num_blocks,
+            block_len,
+        };
+        let backend = Self::open_memory(memory, options)?;
+        let span = backend.span;
+        Ok((backend, span))
+    }
+
+    fn open_memory(memory: Memory, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = |source| Error::Open {
             kind: KIND.into(),
             source,
@@ -216,8 +255,18 @@ impl UcxBackend {
             net_devices,
             progress,
         };
-        let ucx = Ucx::open(span, &settings).map_err(open_err)?;
-        tracing::debug!(?settings, peer_errors, "ucx backend opened");
+        let (ucx, base) = Ucx::open(memory, &settings).map_err(open_err)?;
+        tracing::debug!(?settings, peer_errors, ?memory, "ucx backend opened");
+        let span = match memory {
+            Memory::Caller(span) => Some(span),
+            Memory::Allocate {
+                num_blocks,
+                block_len,
+            } => {
+                std::ptr::NonNull::new(base).and_then(|b| RegionSpan::new(b, num_blocks, block_len))
+            }
+        }
+        .ok_or_else(|| open_err(BackendError::other("UCX returned no usable region address")))?;
         Ok(UcxBackend {
             span,
             ucx,

@@ -24,6 +24,21 @@ pub enum Progress {
     Caller,
 }
 
+/// The memory a backend registers.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Memory {
+    /// The caller's region.
+    Caller(RegionSpan),
+    /// This many bytes, allocated by UCX (`ucp_mem_map` with `UCP_MEM_MAP_ALLOCATE`): on shared
+    /// memory, peers then write into it with true one-sided puts instead of active messages.
+    Allocate {
+        /// Blocks in the region.
+        num_blocks: u32,
+        /// Bytes per block.
+        block_len: usize,
+    },
+}
+
 /// Settings from the backend options.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {
@@ -70,8 +85,12 @@ fn config_set(config: *mut ucp_config_t, name: &str, value: &str) -> Result<(), 
 }
 
 impl Ucx {
-    /// Creates the context and worker and registers `span` (one registration for the region).
-    pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Ucx>, BackendError> {
+    /// Creates the context and worker and registers the region (one registration for all of
+    /// it): the caller's memory, or `len` bytes UCX allocates (returned as the base address).
+    pub(crate) fn open(
+        memory: Memory,
+        settings: &Settings,
+    ) -> Result<(Arc<Ucx>, *mut u8), BackendError> {
         let mut config: *mut ucp_config_t = ptr::null_mut();
         // SAFETY: null prefix and file mean the defaults plus UCX_* environment variables.
         check("reading UCX config", unsafe {
@@ -132,17 +151,41 @@ impl Ucx {
             unsafe { std::slice::from_raw_parts(addr as *const u8, addr_len) }.to_vec();
         // SAFETY: `addr` came from ucp_worker_get_address on this worker.
         unsafe { ucp_worker_release_address(ucx.worker, addr) };
-        let mparams = ucp_mem_map_params_t {
-            field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH) as u64,
-            address: span.base().as_ptr().cast(),
-            length: span.len(),
-            ..Default::default()
+        let mparams = match memory {
+            Memory::Caller(span) => ucp_mem_map_params_t {
+                field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH)
+                    as u64,
+                address: span.base().as_ptr().cast(),
+                length: span.len(),
+                ..Default::default()
+            },
+            Memory::Allocate {
+                num_blocks,
+                block_len,
+            } => ucp_mem_map_params_t {
+                field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                    | UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                    | UCP_MEM_MAP_PARAM_FIELD_FLAGS) as u64,
+                address: ptr::null_mut(),
+                length: (num_blocks as usize).saturating_mul(block_len),
+                flags: UCP_MEM_MAP_ALLOCATE,
+                ..Default::default()
+            },
         };
-        // SAFETY: the span is valid for its length until the backend is dropped (the caller's
-        // contract), and it is unmapped in Drop before that.
+        // SAFETY: caller memory is valid for its length until the backend is dropped (the
+        // caller's contract) and is unmapped in Drop before that; allocated memory is UCX's.
         check("ucp_mem_map", unsafe {
             ucp_mem_map(ucx.context, &mparams, &mut ucx.memh)
         })?;
+        let mut attr = ucp_mem_attr_t {
+            field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64,
+            ..Default::default()
+        };
+        // SAFETY: a live memh and a writable attribute struct.
+        check("ucp_mem_query", unsafe {
+            ucp_mem_query(ucx.memh, &mut attr)
+        })?;
+        let base = attr.address.cast::<u8>();
         let mut rkey: *mut std::ffi::c_void = ptr::null_mut();
         let mut rkey_len: usize = 0;
         // SAFETY: live context and memh; UCX allocates the buffer, released below.
@@ -162,7 +205,7 @@ impl Ucx {
                 .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
             ucx.progress = Some(handle);
         }
-        Ok(Arc::new(ucx))
+        Ok((Arc::new(ucx), base))
     }
 
     /// Wakes the progress thread (after a post, so it spins instead of sleeping).
@@ -233,13 +276,14 @@ fn progress_loop(worker: WorkerPtr, stop: &AtomicBool) {
             continue;
         }
         idle = idle.saturating_add(1);
-        if idle < 256 {
-            std::hint::spin_loop();
+        if idle < 8 {
+            // Let a posting thread take the worker lock between two progress calls.
+            std::thread::yield_now();
             continue;
         }
-        // Idle: back off from 10 us to 1 ms; a post wakes the thread at once.
-        let shift = (idle - 256).min(7);
-        std::thread::park_timeout(Duration::from_micros(10 << shift).min(Duration::from_millis(1)));
+        // Idle: back off from 20 us to 1 ms; a post wakes the thread at once.
+        let shift = (idle - 8).min(6);
+        std::thread::park_timeout(Duration::from_micros(20 << shift).min(Duration::from_millis(1)));
     }
 }
 

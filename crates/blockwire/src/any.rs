@@ -78,3 +78,38 @@ pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<
         }
     }
 }
+
+/// Opens a transport whose region the backend allocates itself, where that helps the data path:
+/// UCX allocates with `ucp_mem_map(ALLOCATE)`, which on shared memory lets peers write with
+/// true one-sided puts instead of active messages; other backends get a [`Region::new`].
+///
+/// ```
+/// use blockwire::{open_allocated, Transport, TransportOptions};
+/// let t = open_allocated("shm", 8, 4096, TransportOptions::default())?;
+/// assert_eq!(t.num_blocks(), 8);
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+pub fn open_allocated(
+    backend: &str,
+    num_blocks: u32,
+    block_len: usize,
+    options: TransportOptions,
+) -> Result<AnyTransport> {
+    match backend {
+        #[cfg(feature = "ucx")]
+        "ucx" => {
+            let (ucx, span) = blockwire_ucx::UcxBackend::open_allocated(
+                num_blocks,
+                block_len,
+                options.backend.clone(),
+            )?;
+            // SAFETY: the memory belongs to the backend, which the transport drops before the
+            // region and which outlives every transfer (close waits, or leaks on a forced close);
+            // the region never frees it.
+            let region =
+                unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };
+            BlockTransport::open_with(region, options, |_, _| Ok(ucx)).map(AnyTransport::Ucx)
+        }
+        _ => open(backend, Region::new(num_blocks, block_len)?, options),
+    }
+}

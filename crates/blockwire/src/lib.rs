@@ -43,7 +43,7 @@ mod registration;
 mod transport;
 
 #[cfg(any(feature = "shm", feature = "ucx"))]
-pub use any::{AnyTransport, backends, open};
+pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,

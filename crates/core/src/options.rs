@@ -110,6 +110,17 @@ impl BackendOptions {
         items.join(",")
     }
 
+    /// The options, sorted by key.
+    ///
+    /// ```
+    /// # use blockwire_core::BackendOptions;
+    /// let o = BackendOptions::new().with("k", "v");
+    /// assert_eq!(o.iter().collect::<Vec<_>>(), vec![("k", "v")]);
+    /// ```
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
     /// Whether no option is set.
     ///
     /// ```
