@@ -33,6 +33,23 @@
 //!
 //! UCX's own `UCX_*` environment variables apply too; these options override them.
 //!
+//! ## Shared memory, TCP, and who allocates the region
+//!
+//! Measured on the development machine (UCX 1.13.1, 2 cores, two transports in one process,
+//! 16 blocks per transfer, 4 in flight, ratio to a single-thread `memcpy` in the same run):
+//!
+//! | setting | lanes UCX chose | WRITE 64 KiB / 1 MiB | READ 64 KiB / 1 MiB |
+//! |---|---|---|---|
+//! | `tls=tcp` | `rma_am(tcp/lo)`: software emulation over active messages | 0.14 / 0.11 | |
+//! | `tls=posix,cma,peer_errors=false`, caller's memory | `rma(posix/memory)`; protocol v2 reports software emulation | 0.58 / 0.58 | 0.59 / 0.64 |
+//! | same, region from [`UcxBackend::open_allocated`] | `rma(posix/memory)`: true one-sided puts (v2: `short` up to 30306 bytes) | 0.91 / 1.01 | 1.05 / 0.98 |
+//!
+//! UCX 1.13 gives peer-failure handling only to transports that support it, which leaves out
+//! `posix`, `sysv` and `self` (and `cma` carries no active messages): with the default
+//! `peer_errors=true` a shared-memory-only `tls` cannot connect, and the default `tls` falls back
+//! to TCP lanes. The shared-memory setting therefore runs with `peer_errors=false` and does not
+//! detect a peer that vanishes.
+//!
 //! ```
 //! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
 //! use blockwire_ucx::UcxBackend;
