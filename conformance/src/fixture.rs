@@ -423,3 +423,55 @@ impl Fixture for UcxAllocated {
         })
     }
 }
+
+/// The libfabric backend with one setting (backend options as `k=v,...`), named
+/// `libfabric-<name>`.
+///
+/// ```
+/// # #[cfg(feature = "libfabric")] {
+/// use blockwire_conformance::{BackendFactory, LibfabricFactory};
+/// let f = LibfabricFactory::new("shm", "provider=shm");
+/// assert_eq!(f.name(), "libfabric-shm");
+/// # }
+/// ```
+#[cfg(feature = "libfabric")]
+pub struct LibfabricFactory {
+    name: String,
+    options: BackendOptions,
+}
+
+#[cfg(feature = "libfabric")]
+impl LibfabricFactory {
+    /// A factory named `libfabric-<name>` whose transports use `options` (`k=v,...`; panics
+    /// on a malformed list, which is a bug in the suite).
+    ///
+    /// ```
+    /// # #[cfg(feature = "libfabric")] {
+    /// let f = blockwire_conformance::LibfabricFactory::new("tcp", "provider=tcp,domain=lo");
+    /// # }
+    /// ```
+    pub fn new(name: &str, options: &str) -> Self {
+        LibfabricFactory {
+            name: format!("libfabric-{name}"),
+            options: BackendOptions::parse_list(options).expect("a k=v,... option list"),
+        }
+    }
+}
+
+#[cfg(feature = "libfabric")]
+impl BackendFactory for LibfabricFactory {
+    type Backend = blockwire_libfabric::OfiBackend;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn options(&self) -> BackendOptions {
+        self.options.clone()
+    }
+
+    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
+        // SAFETY: forwarded from the caller.
+        unsafe { blockwire_libfabric::OfiBackend::open(span, options) }
+    }
+}

@@ -25,7 +25,7 @@
 mod cases;
 mod fault;
 mod fixture;
-#[cfg(any(feature = "shm", feature = "ucx"))]
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 pub mod peer;
 mod support;
 
@@ -35,6 +35,8 @@ use blockwire::Transport;
 use libtest_mimic::{Completion, Trial};
 
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
+#[cfg(feature = "libfabric")]
+pub use fixture::LibfabricFactory;
 #[cfg(feature = "shm")]
 pub use fixture::ShmFactory;
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};

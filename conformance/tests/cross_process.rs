@@ -99,3 +99,25 @@ fn ucx_tcp_between_two_processes() {
     blockwire_conformance::peer::drive(env!("CARGO_BIN_EXE_blockwire-peer"), "ucx", "tls=tcp")
         .expect("cross-process ucx over tcp");
 }
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_shm_between_two_processes() {
+    blockwire_conformance::peer::drive(
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "libfabric",
+        "provider=shm",
+    )
+    .expect("cross-process libfabric over shm");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_tcp_between_two_processes() {
+    blockwire_conformance::peer::drive(
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "libfabric",
+        "provider=tcp,domain=lo",
+    )
+    .expect("cross-process libfabric over tcp");
+}

@@ -11,6 +11,11 @@ const UCX_SETTINGS: [(&str, &str); 2] = [
     ("tcp", "tls=tcp"),
 ];
 
+/// The libfabric providers the suite runs: shared memory, and TCP (`tcp;ofi_rxm`) on loopback.
+#[cfg(feature = "libfabric")]
+const LIBFABRIC_SETTINGS: [(&str, &str); 2] =
+    [("shm", "provider=shm"), ("tcp", "provider=tcp,domain=lo")];
+
 fn main() {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
@@ -34,5 +39,29 @@ fn main() {
             trials.extend(suite(UcxAllocated::new(name, options)));
         }
     }
-    libtest_mimic::run(&args, trials).exit();
+    #[cfg(feature = "libfabric")]
+    {
+        use blockwire_conformance::{Faulty, LibfabricFactory, Plain, trials as suite};
+        for (name, options) in LIBFABRIC_SETTINGS {
+            trials.extend(suite(Plain(LibfabricFactory::new(name, options))));
+            trials.extend(suite(Faulty(LibfabricFactory::new(name, options))));
+        }
+    }
+    let conclusion = libtest_mimic::run(&args, trials);
+    // Every transport the cases opened is closed by now: none may leave a file behind (the
+    // libfabric shm provider keeps one per endpoint in /dev/shm, named after the process).
+    let pid = format!("{}:", std::process::id());
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&pid))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !left.is_empty() {
+        eprintln!("files left in /dev/shm by this run: {left:?}");
+        std::process::exit(101);
+    }
+    conclusion.exit();
 }

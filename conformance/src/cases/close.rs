@@ -63,9 +63,9 @@ pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
     assert_eq!(plan.connected_peers(), 0);
 }
 
-/// At the deadline close gives up: it returns, logs, and leaks the running transfer (and the
-/// memory under it) instead of freeing it.
-pub(crate) fn forced_after_timeout_leaks_not_frees<F: Fixture>(fx: &F) {
+/// At the deadline close stops waiting: it returns and logs, and a reaper keeps the running
+/// transfer (and the memory under it) until it stops, then releases it.
+pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_millis(200));
     let o = open(fx, &spec);
     let a = &o.transport;
@@ -88,6 +88,11 @@ pub(crate) fn forced_after_timeout_leaks_not_frees<F: Fixture>(fx: &F) {
         "the peer was freed under a running transfer"
     );
     assert_eq!(a.write_blocks(&peer, &[0], &[0]), Err(Error::Closed));
+    // Once it stops, it is released after all, and so is its peer.
+    plan.release_transfers();
+    crate::support::eventually("the stopped transfer and its peer are released", || {
+        plan.live_transfers() == 0 && plan.connected_peers() == 0
+    });
 }
 
 /// Close resolves every registration: queued ones at once (`Closed`), the one in connect when

@@ -93,7 +93,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(close::idempotent, PLAIN),
         case!(close::with_transfers_in_flight, PLAIN),
         case!(close::waits_for_running_transfer, FAULTS),
-        case!(close::forced_after_timeout_leaks_not_frees, FAULTS),
+        case!(close::forced_close_frees_only_after_transfers_stop, FAULTS),
         case!(close::resolves_pending_registrations, FAULTS),
         case!(close::drop_closes, FAULTS),
         case!(concurrency::threads_per_peer_with_churn, PLAIN),

@@ -1,6 +1,6 @@
 //! [`AnyTransport`] and opening a transport by backend name.
 
-#[cfg(any(feature = "shm", feature = "ucx"))]
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 use crate::BlockTransport;
 use crate::{Region, TransportOptions};
 use blockwire_core::{Error, Result};
@@ -9,8 +9,7 @@ use blockwire_core::{Error, Result};
 /// [`open`]). One variant per backend cargo feature; every [`crate::Transport`] method is
 /// dispatched statically (`enum_dispatch`), with no virtual call.
 ///
-/// The other data paths join as variants behind their features (`Libfabric`, `Nixl`) when
-/// their backends land.
+/// NIXL joins as a variant behind its feature when its backend lands.
 ///
 /// ```
 /// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
@@ -28,6 +27,9 @@ pub enum AnyTransport {
     /// Raw UCX RMA (feature `ucx`).
     #[cfg(feature = "ucx")]
     Ucx(BlockTransport<blockwire_ucx::UcxBackend>),
+    /// libfabric RDM endpoints (feature `libfabric`).
+    #[cfg(feature = "libfabric")]
+    Libfabric(BlockTransport<blockwire_libfabric::OfiBackend>),
 }
 
 /// Names of the backends compiled into this build.
@@ -41,6 +43,8 @@ pub fn backends() -> &'static [&'static str] {
         "shm",
         #[cfg(feature = "ucx")]
         "ucx",
+        #[cfg(feature = "libfabric")]
+        "libfabric",
     ]
 }
 
@@ -69,6 +73,12 @@ pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<
             unsafe { blockwire_ucx::UcxBackend::open(span, opts) }
         })
         .map(AnyTransport::Ucx),
+        #[cfg(feature = "libfabric")]
+        "libfabric" => BlockTransport::open_with(region, options, |span, opts| {
+            // SAFETY: as for shm.
+            unsafe { blockwire_libfabric::OfiBackend::open(span, opts) }
+        })
+        .map(AnyTransport::Libfabric),
         other => {
             drop(region);
             Err(Error::UnknownBackend {
@@ -104,7 +114,7 @@ pub fn open_allocated(
                 options.backend.clone(),
             )?;
             // SAFETY: the memory belongs to the backend, which the transport drops before the
-            // region and which outlives every transfer (close waits, or leaks on a forced close);
+            // region and which outlives every transfer (close waits, or a reaper holds it on a forced close);
             // the region never frees it.
             let region =
                 unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };

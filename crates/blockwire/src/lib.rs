@@ -34,7 +34,7 @@
 //! # Ok::<(), blockwire::Error>(())
 //! ```
 
-#[cfg(any(feature = "shm", feature = "ucx"))]
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 mod any;
 mod block_transport;
 mod options;
@@ -42,7 +42,7 @@ mod region;
 mod registration;
 mod transport;
 
-#[cfg(any(feature = "shm", feature = "ucx"))]
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{

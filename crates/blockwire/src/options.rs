@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use blockwire_core::BackendOptions;
 
-/// How long `close` waits for running transfers before it gives up and leaks their memory.
+/// How long `close` waits for running transfers before it returns and leaves them to a reaper.
 pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Settings of a transport, whatever its backend.

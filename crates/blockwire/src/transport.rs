@@ -8,7 +8,7 @@ use enum_dispatch::enum_dispatch;
 
 use crate::{Region, Registration};
 // enum_dispatch writes the dispatching impl here, naming the enum and its variants' types.
-#[cfg(any(feature = "shm", feature = "ucx"))]
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 #[allow(unused_imports)]
 use crate::{AnyTransport, BlockTransport};
 
@@ -306,8 +306,9 @@ pub trait Transport: Send + Sync {
 
     /// Stops registrations, cancels what is in flight, waits (bounded by the close timeout)
     /// for running transfers to stop, and releases every peer. Idempotent. If a transfer is
-    /// still running at the deadline, close logs a warning and leaks the memory it may touch
-    /// rather than free it. Every later call returns `Err(Closed)`. Dropping closes.
+    /// still running at the deadline, close logs a warning and returns; a reaper thread keeps
+    /// the transfer, its peer, the backend and the memory it may touch until it stops, and only
+    /// then frees them. Every later call returns `Err(Closed)`. Dropping closes.
     ///
     /// ```
     /// use blockwire::{open, Error, Region, Transport, TransportOptions};

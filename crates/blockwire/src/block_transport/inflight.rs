@@ -287,12 +287,7 @@ impl<B: Backend> Inflight<B> {
         }
         let mut released = Vec::new();
         loop {
-            for t in std::mem::take(&mut pending) {
-                match t.try_release(backend) {
-                    Ok(r) => released.push(r),
-                    Err(t) => pending.push(t),
-                }
-            }
+            pending = release_stopped(backend, pending, &mut released);
             if pending.is_empty() || Instant::now() >= deadline {
                 return (released, pending);
             }
@@ -311,4 +306,20 @@ impl<B: Backend> Inflight<B> {
             }
         }
     }
+}
+
+/// Releases every transfer of `pending` that has stopped (into `released`); returns the rest.
+pub(crate) fn release_stopped<B: Backend>(
+    backend: &B,
+    pending: Vec<Tracked<B>>,
+    released: &mut Vec<Released<B>>,
+) -> Vec<Tracked<B>> {
+    let mut still = Vec::new();
+    for t in pending {
+        match t.try_release(backend) {
+            Ok(r) => released.push(r),
+            Err(t) => still.push(t),
+        }
+    }
+    still
 }

@@ -192,6 +192,37 @@ impl<B: Backend> BlockTransport<B> {
     }
 }
 
+impl<B: Backend> BlockTransport<B> {
+    /// Hands transfers that outlived close to a thread that releases each once it stops. It
+    /// holds the shared state, so the backend and the region are freed only after the last
+    /// one; if the thread cannot be started, everything is leaked instead of freed.
+    fn reap_later(&self, running: Vec<Tracked<B>>) {
+        let shared = self.shared.clone();
+        let slot = std::sync::Arc::new(Mutex::new(Some(running)));
+        let for_thread = slot.clone();
+        let spawned = std::thread::Builder::new()
+            .name("blockwire-reaper".into())
+            .spawn(move || {
+                let mut pending = for_thread.lock().take().unwrap_or_default();
+                let mut released = Vec::new();
+                while !pending.is_empty() {
+                    std::thread::sleep(Duration::from_millis(5));
+                    pending = inflight::release_stopped(&shared.backend, pending, &mut released);
+                }
+                drop(released);
+                tracing::info!(
+                    backend = shared.backend.kind(),
+                    "forced close: every transfer stopped and was released"
+                );
+                drop(shared);
+            });
+        if spawned.is_err() {
+            self.shared.region.leak();
+            std::mem::forget(slot.lock().take());
+        }
+    }
+}
+
 impl<B: Backend> Shared<B> {
     /// The gate, shared, if the transport is open.
     fn open(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
@@ -447,11 +478,10 @@ impl<B: Backend> Transport for BlockTransport<B> {
                 backend = s.backend.kind(),
                 running = running.len(),
                 timeout_ms = s.close_timeout.as_millis() as u64,
-                "close forced: transfers still running at the deadline; their handles, peers and \
-                 the region are leaked rather than freed under them"
+                "close forced: transfers still running at the deadline; a reaper thread keeps \
+                 them, their peers, the backend and the region until they stop"
             );
-            s.region.leak();
-            std::mem::forget(running);
+            self.reap_later(running);
         }
         drop(conns);
         tracing::debug!(backend = s.backend.kind(), "transport closed");

@@ -1,0 +1,396 @@
+//! The libfabric resources of one backend (fabric, domain, RDM endpoint, completion queue,
+//! address vector, the region's registration), the completion dispatch and the progress
+//! thread.
+
+use std::ffi::{CStr, CString, c_void};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason, RegionSpan};
+use libfabric_sys::*;
+use parking_lot::Mutex;
+
+use crate::errors::{EAVAIL, check, error, reason};
+
+/// One transfer: its posted operations not yet completed, and the first failure.
+pub(crate) struct Transfer {
+    pub(crate) pending: AtomicUsize,
+    pub(crate) posted_all: AtomicBool,
+    pub(crate) failure: Mutex<Option<FailureReason>>,
+}
+
+impl Transfer {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Transfer {
+            pending: AtomicUsize::new(0),
+            posted_all: AtomicBool::new(false),
+            failure: Mutex::new(None),
+        })
+    }
+
+    pub(crate) fn fail(&self, why: FailureReason) {
+        self.failure.lock().get_or_insert(why);
+    }
+
+    /// Every posted operation has completed (or failed): no byte of it moves any more.
+    pub(crate) fn stopped(&self) -> bool {
+        self.posted_all.load(Ordering::Acquire) && self.pending.load(Ordering::Acquire) == 0
+    }
+}
+
+/// The context of one posted operation: libfabric's scratch space first (`FI_CONTEXT2`), then
+/// the transfer it belongs to. Boxed at post, reclaimed at its completion.
+#[repr(C)]
+pub(crate) struct OpContext {
+    fi: fi_context2,
+    pub(crate) transfer: Arc<Transfer>,
+}
+
+impl OpContext {
+    pub(crate) fn new(transfer: Arc<Transfer>) -> *mut OpContext {
+        Box::into_raw(Box::new(OpContext {
+            fi: fi_context2::default(),
+            transfer,
+        }))
+    }
+}
+
+/// Settings from the backend options.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) provider: String,
+    pub(crate) domain: Option<String>,
+}
+
+struct Raw(*mut fid_cq);
+// SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
+unsafe impl Send for Raw {}
+
+/// Everything libfabric, closed in order on drop (after every peer and transfer: they hold an
+/// `Arc` of it).
+pub(crate) struct Fabric {
+    info: *mut fi_info,
+    fabric: *mut fid_fabric,
+    domain: *mut fid_domain,
+    pub(crate) ep: *mut fid_ep,
+    cq: *mut fid_cq,
+    pub(crate) av: *mut fid_av,
+    mr: *mut fid_mr,
+    /// Local descriptor of the region's registration (`FI_MR_LOCAL`), or null.
+    pub(crate) desc: *mut c_void,
+    pub(crate) key: u64,
+    pub(crate) virt: bool,
+    pub(crate) name: Vec<u8>,
+    pub(crate) provider: String,
+    stop: Arc<AtomicBool>,
+    progress: Option<JoinHandle<()>>,
+}
+
+// SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
+// from any thread; the raw pointers are only addresses of libfabric objects this struct owns.
+unsafe impl Send for Fabric {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Fabric {}
+
+fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
+    let c = CString::new(s)
+        .map_err(|_| BackendError::new(BackendErrorKind::InvalidOption, format!("{s:?}")))?;
+    // SAFETY: a valid NUL-terminated string; strdup's copy is freed by fi_freeinfo.
+    let dup = unsafe { libc::strdup(c.as_ptr()) };
+    if dup.is_null() {
+        return Err(BackendError::other("out of memory"));
+    }
+    Ok(dup)
+}
+
+impl Fabric {
+    /// Opens every resource and registers `span` once.
+    pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Fabric>, BackendError> {
+        let mut f = Fabric {
+            info: ptr::null_mut(),
+            fabric: ptr::null_mut(),
+            domain: ptr::null_mut(),
+            ep: ptr::null_mut(),
+            cq: ptr::null_mut(),
+            av: ptr::null_mut(),
+            mr: ptr::null_mut(),
+            desc: ptr::null_mut(),
+            key: 0,
+            virt: false,
+            name: Vec::new(),
+            provider: String::new(),
+            stop: Arc::new(AtomicBool::new(false)),
+            progress: None,
+        };
+        // From here on, `f`'s Drop closes whatever was opened.
+        // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
+        let hints = unsafe { fi_allocinfo() };
+        if hints.is_null() {
+            return Err(BackendError::other("fi_allocinfo failed"));
+        }
+        let got = (|| {
+            // SAFETY: `hints` and its sub-structs were allocated by fi_allocinfo; the strings
+            // are strdup'ed, so fi_freeinfo may free them.
+            unsafe {
+                (*hints).caps =
+                    (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+                (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
+                (*(*hints).ep_attr).type_ = FI_EP_RDM;
+                (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL
+                    | FI_MR_VIRT_ADDR
+                    | FI_MR_ALLOCATED
+                    | FI_MR_PROV_KEY
+                    | FI_MR_ENDPOINT) as i32;
+                (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
+                (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE as u64;
+                (*(*hints).fabric_attr).prov_name = c_string(&settings.provider)?;
+                if let Some(d) = &settings.domain {
+                    (*(*hints).domain_attr).name = c_string(d)?;
+                }
+                check(
+                    "fi_getinfo",
+                    fi_getinfo(
+                        fi_version_of(1, 14),
+                        ptr::null(),
+                        ptr::null(),
+                        0,
+                        hints,
+                        &mut f.info,
+                    ),
+                )
+            }
+        })();
+        // SAFETY: allocated by fi_allocinfo, freed once.
+        unsafe { fi_freeinfo(hints) };
+        got.map_err(|e| {
+            BackendError::new(
+                e.kind(),
+                format!(
+                    "no libfabric provider {:?} offers RDM endpoints with RMA here: {}",
+                    settings.provider,
+                    e.message()
+                ),
+            )
+        })?;
+        // SAFETY: every call below gets live objects opened just before it, and stores the
+        // new handle in `f`, whose Drop closes it.
+        unsafe {
+            let info = f.info;
+            f.provider = CStr::from_ptr((*(*info).fabric_attr).prov_name)
+                .to_string_lossy()
+                .into_owned();
+            let mr_mode = (*(*info).domain_attr).mr_mode as u32;
+            f.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
+            check(
+                "fi_fabric",
+                fi_fabric((*info).fabric_attr, &mut f.fabric, ptr::null_mut()),
+            )?;
+            check(
+                "fi_domain",
+                fi_domain(f.fabric, info, &mut f.domain, ptr::null_mut()),
+            )?;
+            check(
+                "fi_endpoint",
+                fi_endpoint(f.domain, info, &mut f.ep, ptr::null_mut()),
+            )?;
+            let mut cq_attr = fi_cq_attr {
+                format: FI_CQ_FORMAT_CONTEXT,
+                size: 4096,
+                wait_obj: FI_WAIT_NONE,
+                ..Default::default()
+            };
+            check(
+                "fi_cq_open",
+                fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut()),
+            )?;
+            let mut av_attr = fi_av_attr {
+                type_: FI_AV_TABLE,
+                ..Default::default()
+            };
+            check(
+                "fi_av_open",
+                fi_av_open(f.domain, &mut av_attr, &mut f.av, ptr::null_mut()),
+            )?;
+            check(
+                "fi_ep_bind(cq)",
+                fi_ep_bind(f.ep, &mut (*f.cq).fid, (FI_TRANSMIT | FI_RECV) as u64),
+            )?;
+            check("fi_ep_bind(av)", fi_ep_bind(f.ep, &mut (*f.av).fid, 0))?;
+            check("fi_enable", fi_enable(f.ep))?;
+            let mut name = vec![0u8; 1024];
+            let mut len = name.len();
+            check(
+                "fi_getname",
+                fi_getname(&mut (*f.ep).fid, name.as_mut_ptr().cast(), &mut len),
+            )?;
+            name.truncate(len);
+            f.name = name;
+            let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            check(
+                "fi_mr_reg",
+                fi_mr_reg(
+                    f.domain,
+                    span.base().as_ptr().cast(),
+                    span.len(),
+                    access,
+                    0,
+                    0,
+                    0,
+                    &mut f.mr,
+                    ptr::null_mut(),
+                ),
+            )?;
+            if mr_mode & FI_MR_ENDPOINT != 0 {
+                check("fi_mr_bind", fi_mr_bind(f.mr, &mut (*f.ep).fid, 0))?;
+                check("fi_mr_enable", fi_mr_enable(f.mr))?;
+            }
+            f.key = fi_mr_key(f.mr);
+            f.desc = fi_mr_desc(f.mr);
+        }
+        let cq = Raw(f.cq);
+        let stop = f.stop.clone();
+        let handle = std::thread::Builder::new()
+            .name("blockwire-ofi-progress".into())
+            .spawn(move || progress_loop(cq, &stop))
+            .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
+        f.progress = Some(handle);
+        Ok(Arc::new(f))
+    }
+
+    /// Reads completions once and dispatches them; returns how many were handled.
+    pub(crate) fn poll_cq(&self) -> usize {
+        // SAFETY: a live, thread-safe completion queue.
+        unsafe { poll_cq(self.cq) }
+    }
+
+    /// Wakes the progress thread.
+    pub(crate) fn kick(&self) {
+        if let Some(t) = &self.progress {
+            t.thread().unpark();
+        }
+    }
+}
+
+/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
+///
+/// # Safety
+///
+/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
+unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
+    let mut entries = [fi_cq_entry::default(); 16];
+    // SAFETY: `entries` holds 16 context-format entries.
+    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
+    if n > 0 {
+        for e in &entries[..n as usize] {
+            // SAFETY: every operation is posted with a boxed OpContext, completed once.
+            unsafe { complete(e.op_context, None) };
+        }
+        return n as usize;
+    }
+    if n == EAVAIL {
+        let mut err = fi_cq_err_entry::default();
+        // SAFETY: a live queue and a writable error entry.
+        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
+        if r > 0 {
+            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
+            let text = unsafe {
+                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            };
+            tracing::debug!(err = err.err, %text, "libfabric completion error");
+            // SAFETY: as above.
+            unsafe { complete(err.op_context, Some(reason(err.err, err.prov_errno, &text))) };
+            return 1;
+        }
+    }
+    0
+}
+
+/// Completes one operation.
+///
+/// # Safety
+///
+/// `context` is an `OpContext` boxed at post and not completed before (or null).
+unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: per this function's contract.
+    let op = unsafe { Box::from_raw(context.cast::<OpContext>()) };
+    if let Some(why) = failure {
+        op.transfer.fail(why);
+    }
+    op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
+}
+
+fn progress_loop(cq: Raw, stop: &AtomicBool) {
+    let mut idle: u32 = 0;
+    while !stop.load(Ordering::Acquire) {
+        // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
+        if unsafe { poll_cq(cq.0) } > 0 {
+            idle = 0;
+            continue;
+        }
+        idle = idle.saturating_add(1);
+        if idle < 8 {
+            std::thread::yield_now();
+            continue;
+        }
+        let shift = (idle - 8).min(6);
+        std::thread::park_timeout(Duration::from_micros(20 << shift).min(Duration::from_millis(1)));
+    }
+}
+
+fn close(what: &str, fid: *mut fid) {
+    if fid.is_null() {
+        return;
+    }
+    // SAFETY: a live object owned by the Fabric being dropped, closed once.
+    let ret = unsafe { fi_close(fid) };
+    if ret != 0 {
+        tracing::warn!(error = %error(what, ret as isize), "libfabric teardown");
+    }
+}
+
+impl Drop for Fabric {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.progress.take() {
+            t.thread().unpark();
+            let _ = t.join();
+        }
+        // SAFETY: each pointer is null or a live object of this Fabric; `fid` is the first
+        // field of every fid_* struct. Order: endpoint, then what it was bound to, then the
+        // registration, domain and fabric.
+        unsafe {
+            if !self.ep.is_null() {
+                close("closing the endpoint", &mut (*self.ep).fid);
+            }
+            if !self.mr.is_null() {
+                close("closing the memory registration", &mut (*self.mr).fid);
+            }
+            if !self.av.is_null() {
+                close("closing the address vector", &mut (*self.av).fid);
+            }
+            if !self.cq.is_null() {
+                close("closing the completion queue", &mut (*self.cq).fid);
+            }
+            if !self.domain.is_null() {
+                close("closing the domain", &mut (*self.domain).fid);
+            }
+            if !self.fabric.is_null() {
+                close("closing the fabric", &mut (*self.fabric).fid);
+            }
+            if !self.info.is_null() {
+                fi_freeinfo(self.info);
+            }
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! # blockwire-libfabric: RDM endpoints and one-sided RMA on the system libfabric
+//!
+//! - **Provider** by option: `shm`, `tcp` (which resolves to `tcp;ofi_rxm`), `net`. `fi_getinfo`
+//!   is asked for `FI_EP_RDM` endpoints with `FI_RMA`, a thread-safe domain, and delivery
+//!   completion; the provider's `mr_mode` is honoured: local descriptors (`FI_MR_LOCAL`),
+//!   virtual addresses or offsets (`FI_MR_VIRT_ADDR`), provider keys (`FI_MR_PROV_KEY`),
+//!   registrations bound to the endpoint (`FI_MR_ENDPOINT`).
+//! - **Registration**: one `fi_mr_reg` of the whole region (`FI_REMOTE_WRITE | FI_REMOTE_READ`);
+//!   its key, the addressing mode and the endpoint name go in the descriptor. Adding a peer is
+//!   one `fi_av_insert`.
+//! - **Transfers**: one `fi_writemsg` per block with `FI_DELIVERY_COMPLETE` (a completion means
+//!   the bytes are at the target), READ through `fi_readmsg`. Completions are read from the
+//!   completion queue and routed to their transfer through the operation context; an error
+//!   completion (`fi_cq_readerr`) fails the transfer with the provider's message.
+//! - **Progress**: `tcp`, `net` and `shm` use manual data progress, so a thread of the backend
+//!   reads the completion queue (spinning while there is work, backing off to 1 ms sleeps when
+//!   idle, woken by each post): a passive peer that never polls still receives writes.
+//! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
+//!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
+//!   leaves files in `/dev/shm` when its endpoints are not closed).
+//! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
+//!   `release` reports busy until every operation of the transfer has completed.
+//!
+//! ## Options
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `provider` | `tcp` | `shm`, `tcp` (`tcp;ofi_rxm`), `net`, or any provider name `fi_info` lists |
+//! | `domain` | the provider's first | the domain (for `tcp`/`net`: the interface, e.g. `lo`) |
+//!
+//! ```
+//! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+//! use blockwire_libfabric::OfiBackend;
+//! use std::ptr::NonNull;
+//!
+//! let mut a = vec![7u8; 4 * 1024];
+//! let mut b = vec![0u8; 4 * 1024];
+//! let span = |v: &mut Vec<u8>| RegionSpan::new(NonNull::new(v.as_mut_ptr()).unwrap(), 4, 1024).unwrap();
+//! let opts = || BackendOptions::new().with("provider", "tcp").with("domain", "lo");
+//! // SAFETY: both vectors outlive both backends and are not accessed while they run.
+//! let (ba, bb) = unsafe {
+//!     (OfiBackend::open(span(&mut a), opts())?, OfiBackend::open(span(&mut b), opts())?)
+//! };
+//! let desc = PeerDescriptor::new("libfabric", bb.address(), b.as_ptr() as u64, 4, 1024, "");
+//! let peer = ba.connect(&desc)?;
+//! let mut x = ba.post(&peer, Op::Write, &[0], &[3])?;
+//! while ba.state(&mut x) == XferState::Running {}
+//! assert!(ba.release(x).is_ok());
+//! ba.disconnect(peer);
+//! drop((ba, bb));
+//! assert_eq!(b[3 * 1024], 7);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod address;
+mod errors;
+mod fabric;
+
+use std::ffi::c_void;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
+    Capabilities, Error, FailureReason, Live, LiveCounts, Op, PeerDescriptor, RegionSpan,
+    XferState,
+};
+use libfabric_sys::*;
+
+use address::OfiAddress;
+use errors::EAGAIN;
+use fabric::{Fabric, OpContext, Settings, Transfer};
+
+/// The backend kind written in descriptors.
+///
+/// ```
+/// assert_eq!(blockwire_libfabric::KIND, "libfabric");
+/// ```
+pub const KIND: &str = "libfabric";
+
+/// How long a post retries while the provider says `FI_EAGAIN` before it gives up.
+const POST_RETRY: Duration = Duration::from_secs(10);
+
+/// The libfabric backend (see the crate docs).
+pub struct OfiBackend {
+    span: RegionSpan,
+    fabric: Arc<Fabric>,
+    counts: LiveCounts,
+}
+
+/// A connected peer: its address-vector entry and the key of its region.
+pub struct OfiPeer {
+    fabric: Arc<Fabric>,
+    addr: fi_addr_t,
+    key: u64,
+    base: u64,
+    num_blocks: u32,
+    virt: bool,
+    _live: Live,
+}
+
+/// A posted transfer.
+pub struct OfiXfer {
+    transfer: Arc<Transfer>,
+    _fabric: Arc<Fabric>,
+    _live: Live,
+}
+
+impl OfiBackend {
+    /// Opens the backend over `span` with the options in the crate docs.
+    ///
+    /// # Safety
+    ///
+    /// The memory `span` describes must stay allocated until this backend, and every peer and
+    /// transfer it made, has been dropped: the provider reads and writes it (and peers write
+    /// into it) until then.
+    ///
+    /// ```
+    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 2 * 512];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
+    /// // SAFETY: `mem` outlives the backend.
+    /// let b = unsafe { blockwire_libfabric::OfiBackend::open(span, BackendOptions::new().with("provider", "shm"))? };
+    /// assert_eq!(b.kind(), "libfabric");
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+        let open_err = |source| Error::Open {
+            kind: KIND.into(),
+            source,
+        };
+        let provider = match options
+            .take::<String>("provider")
+            .map_err(open_err)?
+            .as_deref()
+        {
+            None | Some("tcp") => "tcp;ofi_rxm".to_owned(),
+            Some(other) => other.to_owned(),
+        };
+        let domain = options.take::<String>("domain").map_err(open_err)?;
+        options.finish(KIND).map_err(open_err)?;
+        let settings = Settings { provider, domain };
+        let fabric = Fabric::open(span, &settings).map_err(open_err)?;
+        tracing::debug!(?settings, virt = fabric.virt, "libfabric backend opened");
+        Ok(OfiBackend {
+            span,
+            fabric,
+            counts: LiveCounts::default(),
+        })
+    }
+
+    /// The provider in use (`shm`, `tcp;ofi_rxm`, ...).
+    ///
+    /// ```
+    /// use blockwire_core::{BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 512];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 1, 512).unwrap();
+    /// // SAFETY: `mem` outlives the backend.
+    /// let b = unsafe { blockwire_libfabric::OfiBackend::open(span, BackendOptions::new())? };
+    /// assert_eq!(b.provider(), "tcp;ofi_rxm");
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub fn provider(&self) -> &str {
+        &self.fabric.provider
+    }
+}
+
+impl Backend for OfiBackend {
+    type Peer = OfiPeer;
+    type Xfer = OfiXfer;
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        c.read = true;
+        c.cross_process = true;
+        // The shm provider's target must progress commands: a vanished peer leaves transfers
+        // to it running. Connection-based providers report the peer's end as an error.
+        c.remote_disconnect = !self.fabric.provider.starts_with("shm");
+        c
+    }
+
+    fn address(&self) -> Vec<u8> {
+        OfiAddress {
+            provider: self.fabric.provider.clone(),
+            name: self.fabric.name.clone(),
+            key: self.fabric.key,
+            virt: self.fabric.virt,
+        }
+        .to_bytes()
+    }
+
+    fn connect(&self, desc: &PeerDescriptor) -> Result<OfiPeer, BackendError> {
+        let addr = OfiAddress::from_bytes(&desc.address)?;
+        let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
+        if addr.provider != self.fabric.provider {
+            return Err(bad(format!(
+                "the peer uses provider {:?}, this side {:?}",
+                addr.provider, self.fabric.provider
+            )));
+        }
+        if addr.name.len() != self.fabric.name.len() {
+            return Err(bad(format!(
+                "endpoint name of {} bytes, the provider's are {}",
+                addr.name.len(),
+                self.fabric.name.len()
+            )));
+        }
+        let mut fi_addr: fi_addr_t = 0;
+        // SAFETY: a live address vector; `name` holds one address of the provider's length.
+        let n = unsafe {
+            fi_av_insert(
+                self.fabric.av,
+                addr.name.as_ptr().cast(),
+                1,
+                &mut fi_addr,
+                0,
+                std::ptr::null_mut(),
+            )
+        };
+        if n != 1 {
+            return Err(bad(format!("fi_av_insert accepted {n} of 1 addresses")));
+        }
+        Ok(OfiPeer {
+            fabric: self.fabric.clone(),
+            addr: fi_addr,
+            key: addr.key,
+            base: desc.base_addr,
+            num_blocks: desc.num_blocks,
+            virt: addr.virt,
+            _live: self.counts.peer(),
+        })
+    }
+
+    fn disconnect(&self, mut peer: OfiPeer) {
+        // SAFETY: a live address vector and an address inserted into it; no transfer to this
+        // peer is held (the generic layer disconnects only after every one is released).
+        let ret = unsafe { fi_av_remove(peer.fabric.av, &mut peer.addr, 1, 0) };
+        if ret != 0 {
+            tracing::debug!(error = %errors::error("fi_av_remove", ret as isize), "disconnect");
+        }
+    }
+
+    fn post(
+        &self,
+        peer: &OfiPeer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<OfiXfer, BackendError> {
+        let block_len = self.span.block_len();
+        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
+        if local.len() != remote.len() {
+            return Err(bad("index lists differ in length".into()));
+        }
+        let transfer = Transfer::new();
+        let fabric = &self.fabric;
+        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
+            let loff = self
+                .span
+                .block_offset(l)
+                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
+            if r >= peer.num_blocks {
+                return Err(bad(format!("remote block {r} out of range")));
+            }
+            let roff = u64::from(r) * block_len as u64;
+            let iov = iovec {
+                // SAFETY: `loff` is inside the region (checked above).
+                iov_base: unsafe { self.span.base().as_ptr().add(loff) }.cast(),
+                iov_len: block_len,
+            };
+            let mut desc = [fabric.desc];
+            let rma = fi_rma_iov {
+                addr: if peer.virt { peer.base + roff } else { roff },
+                len: block_len,
+                key: peer.key,
+            };
+            let context = OpContext::new(transfer.clone());
+            let msg = fi_msg_rma {
+                msg_iov: &iov,
+                desc: desc.as_mut_ptr(),
+                iov_count: 1,
+                addr: peer.addr,
+                rma_iov: &rma,
+                rma_iov_count: 1,
+                context: context.cast::<c_void>(),
+                data: 0,
+            };
+            transfer.pending.fetch_add(1, Ordering::AcqRel);
+            let deadline = Instant::now() + POST_RETRY;
+            let ret = loop {
+                // SAFETY: a live endpoint; `msg` and what it points to live through the call
+                // (the provider copies them); the local block stays valid until the backend is
+                // dropped, after this transfer is released; the remote range lies inside the
+                // peer's registered region (index checked, size validated in its descriptor).
+                let ret = unsafe {
+                    match op {
+                        Op::Write => fi_writemsg(
+                            fabric.ep,
+                            &msg,
+                            (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64,
+                        ),
+                        Op::Read => fi_readmsg(fabric.ep, &msg, FI_COMPLETION as u64),
+                    }
+                };
+                if ret != EAGAIN || Instant::now() > deadline {
+                    break ret;
+                }
+                // The queue is full: drive completions, then retry.
+                fabric.poll_cq();
+            };
+            if ret != 0 {
+                transfer.pending.fetch_sub(1, Ordering::AcqRel);
+                // SAFETY: the provider did not take the context; reclaim it.
+                drop(unsafe { Box::from_raw(context) });
+                let e = errors::error(&format!("posting {op}"), ret);
+                if i == 0 {
+                    return Err(e);
+                }
+                // Earlier blocks are in flight: they finish, then the transfer reports this.
+                transfer.fail(match e.kind() {
+                    BackendErrorKind::RemoteDisconnect => {
+                        FailureReason::RemoteDisconnect(e.message().to_owned())
+                    }
+                    _ => FailureReason::Backend(e.message().to_owned()),
+                });
+                break;
+            }
+        }
+        transfer.posted_all.store(true, Ordering::Release);
+        fabric.kick();
+        Ok(OfiXfer {
+            transfer,
+            _fabric: fabric.clone(),
+            _live: self.counts.transfer(),
+        })
+    }
+
+    fn state(&self, xfer: &mut OfiXfer) -> XferState {
+        if !xfer.transfer.stopped() {
+            return XferState::Running;
+        }
+        match xfer.transfer.failure.lock().clone() {
+            Some(why) => XferState::Failed(why),
+            None => XferState::Done,
+        }
+    }
+
+    fn release(&self, xfer: OfiXfer) -> Result<(), OfiXfer> {
+        if xfer.transfer.stopped() {
+            Ok(())
+        } else {
+            Err(xfer)
+        }
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.counts.stats()
+    }
+}

@@ -1,0 +1,40 @@
+//! The shm provider keeps a file in /dev/shm per endpoint: closing the backend removes it.
+
+use std::collections::BTreeSet;
+use std::ptr::NonNull;
+
+use blockwire_core::{BackendOptions, RegionSpan};
+use blockwire_libfabric::OfiBackend;
+
+fn shm_files() -> BTreeSet<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn dropping_the_backend_removes_its_dev_shm_file() {
+    let mut mem = vec![0u8; 4 * 4096];
+    let span =
+        RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("non-null"), 4, 4096).expect("span");
+    let before = shm_files();
+    // SAFETY: `mem` outlives the backend, dropped below.
+    let backend = unsafe { OfiBackend::open(span, BackendOptions::new().with("provider", "shm")) }
+        .expect("open the shm provider");
+    let during = shm_files();
+    let created: Vec<_> = during.difference(&before).collect();
+    assert!(
+        !created.is_empty(),
+        "the shm provider made no file in /dev/shm"
+    );
+    let pid = std::process::id().to_string();
+    assert!(created.iter().all(|f| f.starts_with(&pid)), "{created:?}");
+    drop(backend);
+    let after = shm_files();
+    let left: Vec<_> = after.difference(&before).collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
