@@ -85,6 +85,8 @@ pub(crate) struct Fabric {
     pub(crate) virt: bool,
     pub(crate) name: Vec<u8>,
     pub(crate) provider: String,
+    /// What `fi_getinfo` granted, in words (for logs and users).
+    pub(crate) attributes: String,
     stop: Arc<AtomicBool>,
     progress: Option<JoinHandle<()>>,
 }
@@ -122,6 +124,7 @@ impl Fabric {
             virt: false,
             name: Vec::new(),
             provider: String::new(),
+            attributes: String::new(),
             stop: Arc::new(AtomicBool::new(false)),
             progress: None,
         };
@@ -178,12 +181,60 @@ impl Fabric {
         // SAFETY: every call below gets live objects opened just before it, and stores the
         // new handle in `f`, whose Drop closes it.
         unsafe {
-            let info = f.info;
+            // Providers ignore the domain hint: pick the entry of the requested domain.
+            let mut info = f.info;
+            if let Some(wanted) = &settings.domain {
+                let mut seen = Vec::new();
+                while !info.is_null() {
+                    let name = CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy();
+                    if name == wanted.as_str() {
+                        break;
+                    }
+                    seen.push(name.into_owned());
+                    info = (*info).next;
+                }
+                if info.is_null() {
+                    return Err(BackendError::new(
+                        BackendErrorKind::InvalidOption,
+                        format!(
+                            "provider {:?} has no domain {wanted:?} (it has {})",
+                            settings.provider,
+                            seen.join(", ")
+                        ),
+                    ));
+                }
+            }
             f.provider = CStr::from_ptr((*(*info).fabric_attr).prov_name)
                 .to_string_lossy()
                 .into_owned();
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
             f.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
+            let named = [
+                (FI_MR_LOCAL, "FI_MR_LOCAL"),
+                (FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
+                (FI_MR_ALLOCATED, "FI_MR_ALLOCATED"),
+                (FI_MR_PROV_KEY, "FI_MR_PROV_KEY"),
+                (FI_MR_ENDPOINT, "FI_MR_ENDPOINT"),
+                (FI_MR_RAW, "FI_MR_RAW"),
+            ];
+            let flags: Vec<&str> = named
+                .iter()
+                .filter(|(bit, _)| mr_mode & bit != 0)
+                .map(|(_, name)| *name)
+                .collect();
+            let progress = |p: fi_progress| match p {
+                FI_PROGRESS_AUTO => "auto",
+                FI_PROGRESS_MANUAL => "manual",
+                _ => "unspecified",
+            };
+            f.attributes = format!(
+                "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}",
+                f.provider,
+                CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy(),
+                flags.join(" "),
+                progress((*(*info).domain_attr).data_progress),
+                progress((*(*info).domain_attr).control_progress),
+            );
             check(
                 "fi_fabric",
                 fi_fabric((*info).fabric_attr, &mut f.fabric, ptr::null_mut()),

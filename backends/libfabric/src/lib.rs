@@ -142,7 +142,7 @@ impl OfiBackend {
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings { provider, domain };
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
-        tracing::debug!(?settings, virt = fabric.virt, "libfabric backend opened");
+        tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
         Ok(OfiBackend {
             span,
             fabric,
@@ -163,6 +163,21 @@ impl OfiBackend {
     /// ```
     pub fn provider(&self) -> &str {
         &self.fabric.provider
+    }
+
+    /// What `fi_getinfo` granted: provider, domain, `mr_mode` flags, progress modes.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 512];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 1, 512).unwrap();
+    /// // SAFETY: `mem` outlives the backend.
+    /// let b = unsafe { blockwire_libfabric::OfiBackend::open(span, BackendOptions::new().with("provider", "shm"))? };
+    /// assert!(b.attributes().contains("mr_mode"));
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub fn attributes(&self) -> &str {
+        &self.fabric.attributes
     }
 }
 

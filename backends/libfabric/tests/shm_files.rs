@@ -38,3 +38,18 @@ fn dropping_the_backend_removes_its_dev_shm_file() {
     let left: Vec<_> = after.difference(&before).collect();
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
+
+#[test]
+fn providers_report_what_they_granted() {
+    let mut mem = vec![0u8; 4096];
+    let span =
+        RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("non-null"), 1, 4096).expect("span");
+    // Not shm: the other test counts its /dev/shm files, and tests run in parallel.
+    for opts in ["provider=tcp,domain=lo", "provider=net,domain=lo"] {
+        let options = BackendOptions::parse_list(opts).expect("k=v");
+        // SAFETY: `mem` outlives the backend, dropped at the end of the iteration.
+        let b = unsafe { OfiBackend::open(span, options) }.expect("open");
+        println!("{opts}: {}", b.attributes());
+        assert!(b.attributes().contains("data progress"));
+    }
+}
