@@ -95,6 +95,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .map(|s| s.to_string())
             .collect();
     }
+    // A backend that cannot run in this process (NIXL beside the system UCX) is reported and
+    // left out; any other failure stops the run.
+    let mut usable = Vec::new();
+    for backend in &args.backends {
+        match args.open(backend, 1, 4096) {
+            Ok(_) => usable.push(backend.clone()),
+            Err(e) if is_unsupported(&*e) => println!("{backend}: skipped: {e}"),
+            Err(e) => return Err(e),
+        }
+    }
+    args.backends = usable;
     let region_bytes = args.region_mib << 20;
     let ceiling = memcpy_gbps(region_bytes, Duration::from_secs_f64(args.duration));
     println!(
@@ -147,6 +158,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{row}");
     }
     Ok(())
+}
+
+fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<blockwire::Error>(),
+        Some(blockwire::Error::Open { source, .. })
+            if source.kind() == blockwire::BackendErrorKind::Unsupported
+    )
 }
 
 /// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds.

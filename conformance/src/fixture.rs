@@ -475,3 +475,31 @@ impl BackendFactory for LibfabricFactory {
         unsafe { blockwire_libfabric::OfiBackend::open(span, options) }
     }
 }
+
+/// The NIXL backend (UCX plugin, DRAM), named `nixl`.
+///
+/// ```
+/// # #[cfg(feature = "nixl")] {
+/// use blockwire_conformance::{BackendFactory, NixlFactory};
+/// assert_eq!(NixlFactory::default().name(), "nixl");
+/// # }
+/// ```
+#[cfg(feature = "nixl")]
+#[derive(Default)]
+pub struct NixlFactory {
+    _private: PhantomData<()>,
+}
+
+#[cfg(feature = "nixl")]
+impl BackendFactory for NixlFactory {
+    type Backend = blockwire_nixl::NixlBackend;
+
+    fn name(&self) -> String {
+        "nixl".into()
+    }
+
+    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
+        // SAFETY: forwarded from the caller.
+        unsafe { blockwire_nixl::NixlBackend::open(span, options) }
+    }
+}

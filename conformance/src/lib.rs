@@ -25,7 +25,12 @@
 mod cases;
 mod fault;
 mod fixture;
-#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 pub mod peer;
 mod support;
 
@@ -37,6 +42,8 @@ use libtest_mimic::{Completion, Trial};
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
 #[cfg(feature = "libfabric")]
 pub use fixture::LibfabricFactory;
+#[cfg(feature = "nixl")]
+pub use fixture::NixlFactory;
 #[cfg(feature = "shm")]
 pub use fixture::ShmFactory;
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};

@@ -18,9 +18,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-use blockwire::{
-    AnyTransport, BackendOptions, PeerDescriptor, PeerId, Region, Transport, TransportOptions,
-};
+use blockwire::{BackendOptions, PeerDescriptor, PeerId, Region, Transport, TransportOptions};
 
 use crate::support::{pattern, wait_done};
 
@@ -38,15 +36,31 @@ fn pairs(list: &str) -> Fallible<Vec<(u32, u32)>> {
         .collect()
 }
 
-fn open_transport(backend: &str, blocks: u32, len: usize, opts: &str) -> Fallible<AnyTransport> {
+/// Opens a transport for the peer protocol: backend name, blocks, block length, backend
+/// options (`k=v,...`).
+pub type Opener = fn(&str, u32, usize, &str) -> Fallible<Box<dyn Transport>>;
+
+/// The [`Opener`] of every backend compiled into `blockwire` ([`blockwire::open`]).
+///
+/// ```
+/// let t = blockwire_conformance::peer::open_any("shm", 2, 64, "").unwrap();
+/// assert_eq!(t.num_blocks(), 2);
+/// ```
+pub fn open_any(
+    backend: &str,
+    blocks: u32,
+    len: usize,
+    opts: &str,
+) -> Fallible<Box<dyn Transport>> {
     let region = Region::new(blocks, len).map_err(|e| e.to_string())?;
     let backend_opts = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
-    blockwire::open(
+    let t = blockwire::open(
         backend,
         region,
         TransportOptions::default().with_backend_options(backend_opts),
     )
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    Ok(Box::new(t))
 }
 
 /// The peer process's main: `blockwire-peer <backend> <num_blocks> <block_len> <seed>
@@ -59,7 +73,19 @@ fn open_transport(backend: &str, blocks: u32, len: usize, opts: &str) -> Fallibl
 /// }
 /// ```
 pub fn serve() -> ExitCode {
-    match serve_inner() {
+    serve_with(open_any)
+}
+
+/// [`serve`] with transports from `open` (a backend that must not share a process with the
+/// others, like NIXL, brings its own peer binary).
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     blockwire_conformance::peer::serve_with(blockwire_conformance::peer::open_any)
+/// }
+/// ```
+pub fn serve_with(open: Opener) -> ExitCode {
+    match serve_inner(open) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             println!("ERR {e}");
@@ -68,7 +94,7 @@ pub fn serve() -> ExitCode {
     }
 }
 
-fn serve_inner() -> Fallible<()> {
+fn serve_inner(open: Opener) -> Fallible<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let [backend, blocks, len, seed, rest @ ..] = args.as_slice() else {
         return Err("usage: blockwire-peer BACKEND NUM_BLOCKS BLOCK_LEN SEED [OPTIONS]".into());
@@ -77,7 +103,7 @@ fn serve_inner() -> Fallible<()> {
     let len: usize = len.parse().map_err(|e| format!("block_len: {e}"))?;
     let seed: u8 = seed.parse().map_err(|e| format!("seed: {e}"))?;
     let opts = rest.first().map(String::as_str).unwrap_or("");
-    let t = open_transport(backend, blocks, len, opts)?;
+    let t = open(backend, blocks, len, opts)?;
     for i in 0..blocks {
         t.region()
             .write_block(i, &pattern(seed, i, len))
@@ -130,7 +156,7 @@ fn serve_inner() -> Fallible<()> {
                 let id = t
                     .write_blocks(&peer, &local, &remote)
                     .map_err(|e| e.to_string())?;
-                wait_done(&t, &peer, &[id]);
+                wait_done(&*t, &peer, &[id]);
                 say(&mut out, "OK")?;
             }
             ["DROP"] => {
@@ -341,10 +367,22 @@ impl Drop for PeerProcess {
 /// }
 /// ```
 pub fn drive(exe: &str, backend: &str, opts: &str) -> Fallible<()> {
+    drive_with(open_any, exe, backend, opts)
+}
+
+/// [`drive`] with this side's transport from `open`.
+///
+/// ```no_run
+/// use blockwire_conformance::peer::{drive_with, open_any};
+/// fn main() -> Result<(), String> {
+///     drive_with(open_any, "target/debug/blockwire-peer", "shm", "")
+/// }
+/// ```
+pub fn drive_with(open: Opener, exe: &str, backend: &str, opts: &str) -> Fallible<()> {
     const BLOCKS: u32 = 32;
     const LEN: usize = 256 * 1024 + 8;
     let mut child = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 7, opts)?;
-    let me = open_transport(backend, BLOCKS, LEN, opts)?;
+    let me = open(backend, BLOCKS, LEN, opts)?;
     for i in 0..BLOCKS {
         me.region()
             .write_block(i, &pattern(1, i, LEN))
@@ -358,12 +396,12 @@ pub fn drive(exe: &str, backend: &str, opts: &str) -> Fallible<()> {
     let id = me
         .write_blocks(&peer, &local, &remote)
         .map_err(|e| e.to_string())?;
-    wait_done(&me, &peer, &[id]);
+    wait_done(&*me, &peer, &[id]);
     // READ two untouched blocks of the child.
     let id = me
         .read_blocks(&peer, &[20, 21], &[5, 6])
         .map_err(|e| e.to_string())?;
-    wait_done(&me, &peer, &[id]);
+    wait_done(&*me, &peer, &[id]);
     for (l, r) in [(20u32, 5u32), (21, 6)] {
         if me.region().block(l).map_err(|e| e.to_string())? != pattern(7, r, LEN) {
             return Err(format!(

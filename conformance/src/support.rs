@@ -86,7 +86,11 @@ pub fn record(seen: &mut Outcomes, r: PollResult) {
 
 /// Polls (`peer`, or every peer) until each of `ids` is reported; fails the case on a
 /// timeout, on an id reported twice, or on an id that is not in `ids`.
-pub fn wait_for<T: Transport>(t: &T, peer: Option<&PeerId>, ids: &[TransferId]) -> Outcomes {
+pub fn wait_for<T: Transport + ?Sized>(
+    t: &T,
+    peer: Option<&PeerId>,
+    ids: &[TransferId],
+) -> Outcomes {
     let deadline = Instant::now() + TIMEOUT;
     let mut seen = Outcomes::new();
     while !ids.iter().all(|id| seen.contains_key(id)) {
@@ -104,7 +108,7 @@ pub fn wait_for<T: Transport>(t: &T, peer: Option<&PeerId>, ids: &[TransferId]) 
 }
 
 /// Like [`wait_for`], and every id must be done.
-pub fn wait_done<T: Transport>(t: &T, peer: &PeerId, ids: &[TransferId]) {
+pub fn wait_done<T: Transport + ?Sized>(t: &T, peer: &PeerId, ids: &[TransferId]) {
     for (id, outcome) in wait_for(t, Some(peer), ids) {
         assert!(outcome.is_ok(), "transfer {id} failed: {outcome:?}");
     }

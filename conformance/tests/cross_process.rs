@@ -121,3 +121,15 @@ fn libfabric_tcp_between_two_processes() {
     )
     .expect("cross-process libfabric over tcp");
 }
+
+/// NIXL between two processes. Both sides run in `blockwire-nixl-peer` processes (the test
+/// process may hold Debian's UCX, which NIXL's bundled UCX cannot share a process with).
+#[cfg(feature = "nixl")]
+#[test]
+fn nixl_between_two_processes() {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blockwire-nixl-peer"))
+        .arg("--drive")
+        .status()
+        .expect("spawn blockwire-nixl-peer");
+    assert!(status.success(), "cross-process nixl failed: {status}");
+}

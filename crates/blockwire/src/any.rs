@@ -1,6 +1,11 @@
 //! [`AnyTransport`] and opening a transport by backend name.
 
-#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 use crate::BlockTransport;
 use crate::{Region, TransportOptions};
 use blockwire_core::{Error, Result};
@@ -9,7 +14,6 @@ use blockwire_core::{Error, Result};
 /// [`open`]). One variant per backend cargo feature; every [`crate::Transport`] method is
 /// dispatched statically (`enum_dispatch`), with no virtual call.
 ///
-/// NIXL joins as a variant behind its feature when its backend lands.
 ///
 /// ```
 /// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
@@ -30,6 +34,9 @@ pub enum AnyTransport {
     /// libfabric RDM endpoints (feature `libfabric`).
     #[cfg(feature = "libfabric")]
     Libfabric(BlockTransport<blockwire_libfabric::OfiBackend>),
+    /// A NIXL agent (feature `nixl`).
+    #[cfg(feature = "nixl")]
+    Nixl(BlockTransport<blockwire_nixl::NixlBackend>),
 }
 
 /// Names of the backends compiled into this build.
@@ -45,6 +52,8 @@ pub fn backends() -> &'static [&'static str] {
         "ucx",
         #[cfg(feature = "libfabric")]
         "libfabric",
+        #[cfg(feature = "nixl")]
+        "nixl",
     ]
 }
 
@@ -79,6 +88,12 @@ pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<
             unsafe { blockwire_libfabric::OfiBackend::open(span, opts) }
         })
         .map(AnyTransport::Libfabric),
+        #[cfg(feature = "nixl")]
+        "nixl" => BlockTransport::open_with(region, options, |span, opts| {
+            // SAFETY: as for shm.
+            unsafe { blockwire_nixl::NixlBackend::open(span, opts) }
+        })
+        .map(AnyTransport::Nixl),
         other => {
             drop(region);
             Err(Error::UnknownBackend {

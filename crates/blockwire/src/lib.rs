@@ -34,7 +34,12 @@
 //! # Ok::<(), blockwire::Error>(())
 //! ```
 
-#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 mod any;
 mod block_transport;
 mod options;
@@ -42,7 +47,12 @@ mod region;
 mod registration;
 mod transport;
 
-#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{

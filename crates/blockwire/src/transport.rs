@@ -8,7 +8,12 @@ use enum_dispatch::enum_dispatch;
 
 use crate::{Region, Registration};
 // enum_dispatch writes the dispatching impl here, naming the enum and its variants' types.
-#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 #[allow(unused_imports)]
 use crate::{AnyTransport, BlockTransport};
 

@@ -1,0 +1,368 @@
+//! # blockwire-nixl: a NIXL agent through nixl-sys
+//!
+//! - **Agent**: one NIXL agent per transport, with the `UCX` backend plugin by default (option
+//!   `backend`). The whole region is registered once, as DRAM, and a local descriptor list of
+//!   one descriptor per block is prepared once.
+//! - **Descriptor**: carries the agent's metadata. Connecting loads it (`load_remote_md`) and
+//!   prepares the peer's descriptor list, one descriptor per block, so a transfer is
+//!   `make_xfer_req` with block indices on both prepared lists, then `post_xfer_req`.
+//! - **State**: `get_xfer_status`; a transfer that finished inside the post is done.
+//! - **Release**: nixl-sys releases a request by dropping it and hides a failed release, so a
+//!   request is dropped only once NIXL reports it terminal; until then `release` says busy.
+//! - **Errors**: nixl-sys collapses NIXL's codes into one; the message is kept.
+//! - **Runtime**: `libnixl_capi.so` from the `nixl-cu12==1.5.1` wheel, loaded by absolute path
+//!   (see [`DEFAULT_LIB_DIR`] and [`LIB_DIR_ENV`]); opening a transport without it is a clear
+//!   error that says how to install it, never the forwarder's abort.
+//! - **UCX**: the wheel bundles its own UCX. A process that has initialized Debian's UCX (the
+//!   ucx backend) must not load NIXL's: UCX 1.13 aborts with `Assertion
+//!   '!ucs_debug_initialized' failed` as the second copy starts, because both export the same
+//!   symbols. So the nixl backend runs in its own test binaries and processes.
+//!
+//! ## Options
+//!
+//! | key | default | meaning |
+//! |---|---|---|
+//! | `backend` | `UCX` | NIXL backend plugin |
+//! | `lib_dir` | [`LIB_DIR_ENV`], else [`DEFAULT_LIB_DIR`] | directory of `libnixl_capi.so` |
+
+mod runtime;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
+    Capabilities, Error, FailureReason, Live, LiveCounts, Op, PeerDescriptor, RegionSpan,
+    XferState,
+};
+use nixl_sys::{
+    Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
+    XferDlistHandle, XferOp, XferRequest, XferStatus,
+};
+use parking_lot::Mutex;
+
+pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
+
+/// Whether the real NIXL runtime is loaded in this process (opening a backend loads it); never
+/// touches nixl-sys's forwarder before that, so it cannot abort.
+///
+/// ```
+/// // Nothing opened yet in this process.
+/// assert!(!blockwire_nixl::runtime_loaded());
+/// ```
+pub fn runtime_loaded() -> bool {
+    runtime::is_loaded()
+}
+
+/// The backend kind written in descriptors.
+///
+/// ```
+/// assert_eq!(blockwire_nixl::KIND, "nixl");
+/// ```
+pub const KIND: &str = "nixl";
+
+static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
+
+/// The region, as NIXL registers it.
+#[derive(Debug)]
+struct Dram {
+    addr: usize,
+    len: usize,
+}
+
+impl MemoryRegion for Dram {
+    unsafe fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+
+    fn size(&self) -> usize {
+        self.len
+    }
+}
+
+impl NixlDescriptor for Dram {
+    fn mem_type(&self) -> MemType {
+        MemType::Dram
+    }
+
+    fn device_id(&self) -> u64 {
+        0
+    }
+}
+
+/// NIXL objects, behind one lock: NIXL's thread safety is undocumented (NIXL issue #1653), so
+/// every call is serialized.
+struct Inner {
+    agent: Agent,
+    name: String,
+    local: XferDlistHandle,
+    _registration: RegistrationHandle,
+    /// How many connected peers use each remote agent's metadata.
+    remotes: std::collections::HashMap<String, usize>,
+}
+
+// SAFETY: the NIXL handles are only used under the backend's mutex, one call at a time.
+unsafe impl Send for Inner {}
+
+/// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
+pub struct NixlBackend {
+    span: RegionSpan,
+    inner: Arc<Mutex<Inner>>,
+    metadata: Vec<u8>,
+    counts: LiveCounts,
+}
+
+/// A connected peer: the remote agent and its prepared descriptor list.
+pub struct NixlPeer {
+    remote: String,
+    list: XferDlistHandle,
+    num_blocks: u32,
+    _live: Live,
+}
+
+// SAFETY: the prepared list is only used under the backend's mutex.
+unsafe impl Send for NixlPeer {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for NixlPeer {}
+
+/// A posted transfer.
+pub struct NixlXfer {
+    request: Option<XferRequest>,
+    outcome: Option<XferState>,
+    _live: Live,
+}
+
+fn nixl_error(context: &str, e: nixl_sys::NixlError) -> BackendError {
+    BackendError::new(BackendErrorKind::Other, format!("{context}: {e}"))
+}
+
+impl NixlBackend {
+    /// Opens a NIXL agent over `span` with the options in the crate docs.
+    ///
+    /// # Safety
+    ///
+    /// The memory `span` describes must stay allocated until this backend, and every peer and
+    /// transfer it made, has been dropped.
+    ///
+    /// ```
+    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// let mut mem = vec![0u8; 2 * 4096];
+    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 4096).unwrap();
+    /// // SAFETY: `mem` outlives the backend. Needs the runtime (scripts/setup-backends.sh).
+    /// let b = unsafe { blockwire_nixl::NixlBackend::open(span, BackendOptions::new())? };
+    /// assert_eq!(b.kind(), "nixl");
+    /// assert!(blockwire_nixl::runtime_loaded());
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+        let open_err = |source| Error::Open {
+            kind: KIND.into(),
+            source,
+        };
+        let plugin = options
+            .take::<String>("backend")
+            .map_err(open_err)?
+            .unwrap_or_else(|| "UCX".into());
+        let lib_dir = options.take::<String>("lib_dir").map_err(open_err)?;
+        options.finish(KIND).map_err(open_err)?;
+        runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
+        let name = format!(
+            "blockwire-{}-{}",
+            std::process::id(),
+            NEXT_AGENT.fetch_add(1, Ordering::Relaxed)
+        );
+        let fail = |what: &str, e| open_err(nixl_error(what, e));
+        let agent = Agent::new(&name).map_err(|e| fail("creating the agent", e))?;
+        let (_mems, params) = agent
+            .get_plugin_params(&plugin)
+            .map_err(|e| fail("reading the plugin's parameters", e))?;
+        agent
+            .create_backend(&plugin, &params)
+            .map_err(|e| fail("creating the backend", e))?;
+        let dram = Dram {
+            addr: span.base().as_ptr() as usize,
+            len: span.len(),
+        };
+        let registration = agent
+            .register_memory(&dram, None)
+            .map_err(|e| fail("registering the region", e))?;
+        let mut blocks =
+            XferDescList::new(MemType::Dram).map_err(|e| fail("descriptor list", e))?;
+        for i in 0..span.num_blocks() {
+            let off = span.block_offset(i).unwrap_or(0);
+            blocks.add_desc(dram.addr + off, span.block_len(), 0);
+        }
+        let local = agent
+            .prepare_xfer_dlist("", &blocks, None) // NIXL_INIT_AGENT: the local agent
+            .map_err(|e| fail("preparing the local descriptor list", e))?;
+        let metadata = agent
+            .get_local_md()
+            .map_err(|e| fail("reading the agent metadata", e))?;
+        tracing::debug!(agent = %name, %plugin, "nixl backend opened");
+        Ok(NixlBackend {
+            span,
+            inner: Arc::new(Mutex::new(Inner {
+                agent,
+                name,
+                local,
+                _registration: registration,
+                remotes: Default::default(),
+            })),
+            metadata,
+            counts: LiveCounts::default(),
+        })
+    }
+}
+
+impl Backend for NixlBackend {
+    type Peer = NixlPeer;
+    type Xfer = NixlXfer;
+
+    fn kind(&self) -> &'static str {
+        KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        c.read = true;
+        c.cross_process = true;
+        c
+    }
+
+    fn address(&self) -> Vec<u8> {
+        self.metadata.clone()
+    }
+
+    fn connect(&self, desc: &PeerDescriptor) -> Result<NixlPeer, BackendError> {
+        if desc.address.is_empty() {
+            return Err(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                "empty NIXL agent metadata",
+            ));
+        }
+        let mut inner = self.inner.lock();
+        let remote = inner.agent.load_remote_md(&desc.address).map_err(|e| {
+            BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                format!("loading the peer's agent metadata: {e}"),
+            )
+        })?;
+        let mut blocks =
+            XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e))?;
+        let block_len = desc.block_len as usize;
+        for i in 0..desc.num_blocks {
+            let addr = desc.base_addr as usize + i as usize * block_len;
+            blocks.add_desc(addr, block_len, 0);
+        }
+        let list = inner
+            .agent
+            .prepare_xfer_dlist(&remote, &blocks, None)
+            .map_err(|e| nixl_error("preparing the peer's descriptor list", e))?;
+        *inner.remotes.entry(remote.clone()).or_default() += 1;
+        Ok(NixlPeer {
+            remote,
+            list,
+            num_blocks: desc.num_blocks,
+            _live: self.counts.peer(),
+        })
+    }
+
+    fn disconnect(&self, peer: NixlPeer) {
+        let mut inner = self.inner.lock();
+        let NixlPeer { remote, list, .. } = peer;
+        drop(list);
+        let last = match inner.remotes.get_mut(&remote) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            _ => true,
+        };
+        if last {
+            inner.remotes.remove(&remote);
+            if remote != inner.name {
+                if let Err(e) = inner.agent.invalidate_remote_md(&remote) {
+                    tracing::debug!(%remote, error = %e, "unloading remote agent metadata");
+                }
+            }
+        }
+    }
+
+    fn post(
+        &self,
+        peer: &NixlPeer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<NixlXfer, BackendError> {
+        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
+        if local.len() != remote.len() {
+            return Err(bad("index lists differ in length".into()));
+        }
+        let to_i32 = |v: &[BlockIndex], n: u32, side: &str| {
+            v.iter()
+                .map(|&i| {
+                    if i < n {
+                        i32::try_from(i).map_err(|_| bad(format!("{side} block {i} too large")))
+                    } else {
+                        Err(bad(format!("{side} block {i} out of range")))
+                    }
+                })
+                .collect::<Result<Vec<i32>, _>>()
+        };
+        let l = to_i32(local, self.span.num_blocks(), "local")?;
+        let r = to_i32(remote, peer.num_blocks, "remote")?;
+        let xop = match op {
+            Op::Write => XferOp::Write,
+            Op::Read => XferOp::Read,
+        };
+        let inner = self.inner.lock();
+        let request = inner
+            .agent
+            .make_xfer_req(xop, &inner.local, &l, &peer.list, &r, None)
+            .map_err(|e| nixl_error("make_xfer_req", e))?;
+        let running = inner
+            .agent
+            .post_xfer_req(&request, None)
+            .map_err(|e| nixl_error("post_xfer_req", e))?;
+        drop(inner);
+        Ok(NixlXfer {
+            request: Some(request),
+            outcome: (!running).then_some(XferState::Done),
+            _live: self.counts.transfer(),
+        })
+    }
+
+    fn state(&self, xfer: &mut NixlXfer) -> XferState {
+        if let Some(done) = &xfer.outcome {
+            return done.clone();
+        }
+        let Some(request) = &xfer.request else {
+            return XferState::Done;
+        };
+        let status = self.inner.lock().agent.get_xfer_status(request);
+        let state = match status {
+            Ok(XferStatus::InProgress) => return XferState::Running,
+            Ok(XferStatus::Success) => XferState::Done,
+            Err(e) => XferState::Failed(FailureReason::Backend(format!("get_xfer_status: {e}"))),
+        };
+        xfer.outcome = Some(state.clone());
+        state
+    }
+
+    fn release(&self, mut xfer: NixlXfer) -> Result<(), NixlXfer> {
+        // Only a request NIXL reported terminal is dropped (dropping is nixl-sys's release,
+        // and it hides a failed one).
+        if self.state(&mut xfer) == XferState::Running {
+            return Err(xfer);
+        }
+        let request = xfer.request.take();
+        let _inner = self.inner.lock();
+        drop(request);
+        Ok(())
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.counts.stats()
+    }
+}

@@ -1,0 +1,55 @@
+//! The NIXL runtime: with it, the real library is loaded (not nixl-sys's stub); without it,
+//! opening is a clear error, never the forwarder's abort. The runtime loads once per
+//! process, so the missing-runtime case runs in a child process of this test binary.
+
+use std::process::Command;
+use std::ptr::NonNull;
+
+use blockwire_core::{BackendOptions, RegionSpan};
+use blockwire_nixl::NixlBackend;
+
+fn open(options: BackendOptions) -> Result<NixlBackend, blockwire_core::Error> {
+    let mem = Box::leak(vec![0u8; 4 * 4096].into_boxed_slice());
+    let span =
+        RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("non-null"), 4, 4096).expect("span");
+    // SAFETY: `mem` is leaked: it outlives the backend.
+    unsafe { NixlBackend::open(span, options) }
+}
+
+#[test]
+fn the_real_runtime_is_loaded_not_the_stub() {
+    if std::env::var_os("BLOCKWIRE_NIXL_CHILD").is_some() {
+        return;
+    }
+    let b = open(BackendOptions::new()).expect("the NIXL runtime must be installed");
+    assert!(blockwire_nixl::runtime_loaded());
+    drop(b);
+}
+
+/// Runs `missing_runtime_child` in a fresh process (the runtime loads once per process).
+#[test]
+fn a_missing_runtime_is_a_clear_error() {
+    let exe = std::env::current_exe().expect("current exe");
+    let out = Command::new(exe)
+        .args(["--exact", "missing_runtime_child", "--nocapture"])
+        .env("BLOCKWIRE_NIXL_CHILD", "1")
+        .output()
+        .expect("run the child");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {text}");
+    assert!(text.contains("1 passed"), "child did not run: {text}");
+}
+
+#[test]
+fn missing_runtime_child() {
+    if std::env::var_os("BLOCKWIRE_NIXL_CHILD").is_none() {
+        return;
+    }
+    let err = open(BackendOptions::new().with("lib_dir", "/nonexistent"))
+        .err()
+        .expect("opened without a runtime");
+    let text = err.to_string();
+    assert!(text.contains("setup-backends.sh"), "{text}");
+    assert!(!blockwire_nixl::runtime_loaded());
+}
