@@ -3,7 +3,9 @@
 use blockwire_core::{BackendError, BackendErrorKind};
 
 const MAGIC: &[u8; 4] = b"OFI1";
-const MAX_PART: usize = 4096;
+/// Bound on the provider and endpoint names (a sockaddr, or the shm provider's
+/// `<pid>:<n>:<m>`, is far shorter).
+const MAX_PART: usize = 256;
 
 /// Decoded address bytes.
 #[derive(Debug, PartialEq, Eq)]

@@ -218,13 +218,6 @@ impl Backend for OfiBackend {
                 addr.provider, self.fabric.provider
             )));
         }
-        if addr.name.len() != self.fabric.name.len() {
-            return Err(bad(format!(
-                "endpoint name of {} bytes, the provider's are {}",
-                addr.name.len(),
-                self.fabric.name.len()
-            )));
-        }
         let mut fi_addr: fi_addr_t = 0;
         // SAFETY: a live address vector; `name` holds one address of the provider's length.
         let n = unsafe {
