@@ -23,6 +23,8 @@
 //! | key | default | meaning |
 //! |---|---|---|
 //! | `backend` | `UCX` | NIXL backend plugin |
+//! | `num_threads` | the plugin's | the plugin's `num_threads` parameter (UCX: progress threads) |
+//! | `param.<key>` | | any other plugin parameter, passed as is |
 //! | `lib_dir` | [`LIB_DIR_ENV`], else [`DEFAULT_LIB_DIR`] | directory of `libnixl_capi.so` |
 
 mod runtime;
@@ -164,6 +166,10 @@ impl NixlBackend {
             .map_err(open_err)?
             .unwrap_or_else(|| "UCX".into());
         let lib_dir = options.take::<String>("lib_dir").map_err(open_err)?;
+        let mut plugin_params = options.take_prefixed("param.");
+        if let Some(n) = options.take::<u32>("num_threads").map_err(open_err)? {
+            plugin_params.push(("num_threads".into(), n.to_string()));
+        }
         options.finish(KIND).map_err(open_err)?;
         runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
         let name = format!(
@@ -173,9 +179,14 @@ impl NixlBackend {
         );
         let fail = |what: &str, e| open_err(nixl_error(what, e));
         let agent = Agent::new(&name).map_err(|e| fail("creating the agent", e))?;
-        let (_mems, params) = agent
+        let (_mems, mut params) = agent
             .get_plugin_params(&plugin)
             .map_err(|e| fail("reading the plugin's parameters", e))?;
+        for (key, value) in &plugin_params {
+            params
+                .set(key, value)
+                .map_err(|e| fail(&format!("setting plugin parameter {key}={value}"), e))?;
+        }
         agent
             .create_backend(&plugin, &params)
             .map_err(|e| fail("creating the backend", e))?;

@@ -153,6 +153,29 @@ impl BackendOptions {
         }
     }
 
+    /// Removes every option whose key starts with `prefix`; returns them without the prefix.
+    ///
+    /// ```
+    /// # use blockwire_core::BackendOptions;
+    /// let mut o = BackendOptions::new().with("param.num_threads", "4").with("other", "1");
+    /// assert_eq!(o.take_prefixed("param."), vec![("num_threads".to_owned(), "4".to_owned())]);
+    /// assert_eq!(o.take::<u32>("other").unwrap(), Some(1));
+    /// ```
+    pub fn take_prefixed(&mut self, prefix: &str) -> Vec<(String, String)> {
+        let keys: Vec<String> = self
+            .values
+            .keys()
+            .filter(|k| k.starts_with(prefix))
+            .cloned()
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| {
+                let v = self.values.remove(&k)?;
+                Some((k[prefix.len()..].to_owned(), v))
+            })
+            .collect()
+    }
+
     /// Fails when keys remain that the backend did not take.
     ///
     /// ```
