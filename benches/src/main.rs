@@ -3,8 +3,11 @@
 //!
 //! For each backend, operation and block size it keeps `depth` transfers of `batch` blocks in
 //! flight between two transports in this process for `duration` seconds, over regions larger
-//! than the last-level cache, and prints GB/s and the ratio to a single-thread `memcpy` over
-//! the same working set. Ratios measured in one run are what to compare: these machines are
+//! than the last-level cache, and prints GB/s, the ratio to a single-thread `memcpy` over the
+//! same working set, the ratio to the backend's raw baseline where there is one (shm: the same
+//! block copies by `memcpy`), and average and p99 submit and completion times; then the time
+//! to add a peer of 1,000, 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as
+//! JSON and an SVG plot. Ratios measured in one run are what to compare: these machines are
 //! shared and noisy.
 //!
 //! ```text
@@ -12,10 +15,14 @@
 //! cargo run --release -p blockwire-bench -- --quick # under a minute
 //! ```
 
-use std::time::{Duration, Instant};
+mod measure;
+mod report;
 
-use blockwire::{AnyTransport, BackendOptions, Op, PeerId, Region, Transport, TransportOptions};
+use std::time::Duration;
+
+use blockwire::{AnyTransport, BackendOptions, Op, Region, TransportOptions};
 use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
 
 /// Compare blockwire backends: GB/s per block size, against the memory ceiling.
 #[derive(Parser, Debug)]
@@ -51,6 +58,9 @@ struct Args {
     /// Let each backend allocate its regions (UCX: `ucp_mem_map` ALLOCATE).
     #[arg(long)]
     allocate: bool,
+    /// Folder the results (JSON, SVG plot) go into, one subfolder per run.
+    #[arg(long, default_value = "results")]
+    results: std::path::PathBuf,
 }
 
 impl Args {
@@ -106,59 +116,56 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     args.backends = usable;
+    let ops: Vec<Op> = args
+        .ops
+        .iter()
+        .map(|o| match o.as_str() {
+            "write" => Ok(Op::Write),
+            "read" => Ok(Op::Read),
+            other => Err(format!("unknown op {other:?}")),
+        })
+        .collect::<Result<_, _>>()?;
     let region_bytes = args.region_mib << 20;
-    let ceiling = memcpy_gbps(region_bytes, Duration::from_secs_f64(args.duration));
-    println!(
-        "memory ceiling (single-thread memcpy over {} MiB): {ceiling:.2} GB/s",
-        args.region_mib
+    let memcpy = measure::memcpy_gbps(region_bytes, Duration::from_secs_f64(args.duration));
+    let total = args.backends.len() * (ops.len() * args.sizes_kib.len() + REGISTRATION_SIZES.len());
+    let bar = ProgressBar::new(total as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    println!(
-        "batch {} blocks, {} transfers in flight, {:.1} s per point\n",
-        args.batch, args.depth, args.duration
-    );
+    let mut run = report::Run {
+        memcpy_gbps: memcpy,
+        region_mib: args.region_mib,
+        points: Vec::new(),
+        registration: Vec::new(),
+    };
     for backend in &args.backends {
-        for op in &args.ops {
-            let op = match op.as_str() {
-                "write" => Op::Write,
-                "read" => Op::Read,
-                other => return Err(format!("unknown op {other:?}").into()),
-            };
-            println!("{backend} {op}");
-            println!(
-                "{:>10} {:>8} {:>6} {:>10} {:>9} {:>12} {:>12}",
-                "block", "batch", "depth", "GB/s", "/memcpy", "submit us", "complete us"
-            );
+        for &op in &ops {
             for &kib in &args.sizes_kib {
-                let r = run_point(backend, op, kib << 10, region_bytes, &args)?;
-                println!(
-                    "{:>9}K {:>8} {:>6} {:>10.2} {:>9.2} {:>12.1} {:>12.1}",
-                    kib,
-                    r.batch,
-                    args.depth,
-                    r.gbps,
-                    r.gbps / ceiling,
-                    r.submit_us,
-                    r.complete_us
-                );
+                bar.set_message(format!("{backend} {op} {kib} KiB"));
+                run.points
+                    .push(measure::throughput(&args, backend, op, kib << 10, memcpy)?);
+                bar.inc(1);
             }
-            println!();
+        }
+        for blocks in REGISTRATION_SIZES {
+            bar.set_message(format!("{backend} add_remote_peer, {blocks} blocks"));
+            run.registration.push(measure::Registration {
+                backend: backend.clone(),
+                blocks,
+                median_us: measure::registration_us(&args, backend, blocks)?,
+            });
+            bar.inc(1);
         }
     }
-    println!("add_remote_peer (median of 5, blocks of 64 bytes)");
-    println!(
-        "{:>10} {:>12} {:>12} {:>12}",
-        "backend", "1,000", "19,599", "1,000,000"
-    );
-    for backend in &args.backends {
-        let mut row = format!("{backend:>10}");
-        for blocks in [1_000u32, 19_599, 1_000_000] {
-            let us = registration_us(&args, backend, blocks)?;
-            row.push_str(&format!(" {:>10.1}us", us));
-        }
-        println!("{row}");
-    }
+    bar.finish_and_clear();
+    report::print_tables(&run);
+    let dir = report::write(&run, &args.results)?;
+    println!("\nresults (JSON and SVG plot): {}", dir.display());
     Ok(())
 }
+
+/// Peer sizes whose registration is timed.
+const REGISTRATION_SIZES: [u32; 3] = [1_000, 19_599, 1_000_000];
 
 fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
     matches!(
@@ -166,117 +173,4 @@ fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
         Some(blockwire::Error::Open { source, .. })
             if source.kind() == blockwire::BackendErrorKind::Unsupported
     )
-}
-
-/// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds.
-fn registration_us(
-    args: &Args,
-    backend: &str,
-    blocks: u32,
-) -> Result<f64, Box<dyn std::error::Error>> {
-    let (a, b) = (
-        args.open(backend, blocks, 64)?,
-        args.open(backend, blocks, 64)?,
-    );
-    let desc = b.descriptor()?;
-    let peer = PeerId::from("b");
-    let mut times = Vec::new();
-    for _ in 0..5 {
-        let t = Instant::now();
-        a.add_remote_peer(&peer, &desc)?;
-        times.push(t.elapsed().as_secs_f64() * 1e6);
-        a.remove_remote_peer(&peer)?;
-    }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
-}
-
-/// Single-thread copy throughput over a working set of `bytes` (source and destination of
-/// `bytes` each), best of the passes that fit in `time`.
-fn memcpy_gbps(bytes: usize, time: Duration) -> f64 {
-    let src = vec![1u8; bytes];
-    let mut dst = vec![0u8; bytes];
-    dst.copy_from_slice(&src); // touch every page first
-    let start = Instant::now();
-    let mut best = f64::MAX;
-    while start.elapsed() < time || best == f64::MAX {
-        let t = Instant::now();
-        dst.copy_from_slice(std::hint::black_box(&src));
-        std::hint::black_box(&mut dst);
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    bytes as f64 / best / 1e9
-}
-
-struct Point {
-    batch: u32,
-    gbps: f64,
-    submit_us: f64,
-    complete_us: f64,
-}
-
-fn run_point(
-    backend: &str,
-    op: Op,
-    block: usize,
-    region_bytes: usize,
-    args: &Args,
-) -> Result<Point, Box<dyn std::error::Error>> {
-    let blocks = u32::try_from((region_bytes / block).max(1))?;
-    let batch = args.batch.min(blocks);
-    let (a, b) = (
-        args.open(backend, blocks, block)?,
-        args.open(backend, blocks, block)?,
-    );
-    for i in 0..blocks {
-        a.region().fill_block(i, (i % 251) as u8)?;
-        b.region().fill_block(i, (i % 241) as u8)?;
-    }
-    let peer = PeerId::from("b");
-    a.add_remote_peer(&peer, &b.descriptor()?)?;
-    let groups = (blocks / batch).max(1);
-    let mut next = 0u32;
-    let mut submit = Duration::ZERO;
-    let mut complete = Duration::ZERO;
-    let mut inflight: Vec<(blockwire::TransferId, Instant)> = Vec::new();
-    let mut finished = 0u64;
-    let run_for = Duration::from_secs_f64(args.duration);
-    let start = Instant::now();
-    loop {
-        let running = start.elapsed() < run_for;
-        while running && inflight.len() < args.depth {
-            let first = (next % groups) * batch;
-            next += 1;
-            let idx: Vec<u32> = (first..first + batch).collect();
-            let t = Instant::now();
-            let id = match op {
-                Op::Write => a.write_blocks(&peer, &idx, &idx)?,
-                _ => a.read_blocks(&peer, &idx, &idx)?,
-            };
-            submit += t.elapsed();
-            inflight.push((id, t));
-        }
-        if inflight.is_empty() {
-            break;
-        }
-        let r = a.poll(Some(&peer))?;
-        if let Some((id, reason)) = r.failed.first() {
-            return Err(format!("transfer {id} failed: {reason}").into());
-        }
-        for id in r.done {
-            if let Some(k) = inflight.iter().position(|(x, _)| *x == id) {
-                complete += inflight.swap_remove(k).1.elapsed();
-                finished += 1;
-            }
-        }
-    }
-    let secs = start.elapsed().as_secs_f64();
-    let bytes = finished as f64 * f64::from(batch) * block as f64;
-    let n = (next as f64).max(1.0);
-    Ok(Point {
-        batch,
-        gbps: bytes / secs / 1e9,
-        submit_us: submit.as_secs_f64() * 1e6 / n,
-        complete_us: complete.as_secs_f64() * 1e6 / (finished as f64).max(1.0),
-    })
 }
