@@ -6,10 +6,9 @@ use std::ffi::{CStr, CString, c_void};
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason, RegionSpan};
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason, ProgressThread, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
@@ -63,6 +62,8 @@ impl OpContext {
 pub(crate) struct Settings {
     pub(crate) provider: String,
     pub(crate) domain: Option<String>,
+    /// Bound on the progress thread's sleep when idle.
+    pub(crate) idle_sleep: Duration,
 }
 
 struct Raw(*mut fid_cq);
@@ -87,8 +88,7 @@ pub(crate) struct Fabric {
     pub(crate) provider: String,
     /// What `fi_getinfo` granted, in words (for logs and users).
     pub(crate) attributes: String,
-    stop: Arc<AtomicBool>,
-    progress: Option<JoinHandle<()>>,
+    progress: Option<ProgressThread>,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
@@ -125,7 +125,6 @@ impl Fabric {
             name: Vec::new(),
             provider: String::new(),
             attributes: String::new(),
-            stop: Arc::new(AtomicBool::new(false)),
             progress: None,
         };
         // From here on, `f`'s Drop closes whatever was opened.
@@ -302,12 +301,13 @@ impl Fabric {
             f.desc = fi_mr_desc(f.mr);
         }
         let cq = Raw(f.cq);
-        let stop = f.stop.clone();
-        let handle = std::thread::Builder::new()
-            .name("blockwire-ofi-progress".into())
-            .spawn(move || progress_loop(cq, &stop))
-            .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-        f.progress = Some(handle);
+        let thread = ProgressThread::spawn("ofi", settings.idle_sleep, move || {
+            let cq = &cq;
+            // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
+            unsafe { poll_cq(cq.0) }
+        })
+        .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
+        f.progress = Some(thread);
         Ok(Arc::new(f))
     }
 
@@ -320,7 +320,7 @@ impl Fabric {
     /// Wakes the progress thread.
     pub(crate) fn kick(&self) {
         if let Some(t) = &self.progress {
-            t.thread().unpark();
+            t.kick();
         }
     }
 }
@@ -381,24 +381,6 @@ unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
     op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
 }
 
-fn progress_loop(cq: Raw, stop: &AtomicBool) {
-    let mut idle: u32 = 0;
-    while !stop.load(Ordering::Acquire) {
-        // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
-        if unsafe { poll_cq(cq.0) } > 0 {
-            idle = 0;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if idle < 8 {
-            std::thread::yield_now();
-            continue;
-        }
-        let shift = (idle - 8).min(6);
-        std::thread::park_timeout(Duration::from_micros(20 << shift).min(Duration::from_millis(1)));
-    }
-}
-
 fn close(what: &str, fid: *mut fid) {
     if fid.is_null() {
         return;
@@ -412,10 +394,8 @@ fn close(what: &str, fid: *mut fid) {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.progress.take() {
-            t.thread().unpark();
-            let _ = t.join();
+        if let Some(mut t) = self.progress.take() {
+            t.stop();
         }
         // SAFETY: each pointer is null or a live object of this Fabric; `fid` is the first
         // field of every fid_* struct. Order: endpoint, then what it was bound to, then the

@@ -13,7 +13,7 @@
 //!   completion queue and routed to their transfer through the operation context; an error
 //!   completion (`fi_cq_readerr`) fails the transfer with the provider's message.
 //! - **Progress**: `tcp`, `net` and `shm` use manual data progress, so a thread of the backend
-//!   reads the completion queue (spinning while there is work, backing off to 1 ms sleeps when
+//!   reads the completion queue (spinning while there is work, backing off to `idle_sleep_us` when
 //!   idle, woken by each post): a passive peer that never polls still receives writes.
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
@@ -27,6 +27,7 @@
 //! |---|---|---|
 //! | `provider` | `tcp` | `shm`, `tcp` (`tcp;ofi_rxm`), `net`, or any provider name `fi_info` lists |
 //! | `domain` | the provider's first | the domain (for `tcp`/`net`: the interface, e.g. `lo`) |
+//! | `idle_sleep_us` | 100 | longest sleep of an idle progress thread: a passive target's latency against its CPU use |
 //!
 //! ```
 //! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
@@ -139,8 +140,18 @@ impl OfiBackend {
             Some(other) => other.to_owned(),
         };
         let domain = options.take::<String>("domain").map_err(open_err)?;
+        let idle_sleep = Duration::from_micros(
+            options
+                .take::<u64>("idle_sleep_us")
+                .map_err(open_err)?
+                .unwrap_or(0),
+        );
         options.finish(KIND).map_err(open_err)?;
-        let settings = Settings { provider, domain };
+        let settings = Settings {
+            provider,
+            domain,
+            idle_sleep,
+        };
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
         tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
         Ok(OfiBackend {

@@ -8,7 +8,7 @@
 //!   is when every byte is at the target (remote completion), not when the local buffer is
 //!   merely reusable.
 //! - **Progress**: by default a thread of the backend progresses the worker (spinning while
-//!   there is work, backing off to 1 ms sleeps when idle, woken by each post), so a passive
+//!   there is work, backing off to `idle_sleep_us` sleeps when idle, woken by each post), so a passive
 //!   peer that never polls still receives writes: UCX over TCP, and over shared memory on
 //!   memory it did not allocate, emulates RMA with active messages that the target must
 //!   progress. `progress=caller` progresses only inside `poll`.
@@ -29,6 +29,7 @@
 //! | `tls` | UCX's default (`UCX_TLS`) | transports, as `UCX_TLS`: `tcp`, `posix,cma,self`, ... |
 //! | `net_devices` | UCX's default (`UCX_NET_DEVICES`) | network devices, for example `lo` |
 //! | `progress` | `thread` | `thread` or `caller` (see above) |
+//! | `idle_sleep_us` | 100 | longest sleep of an idle progress thread: a passive target's latency against its CPU use |
 //! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) |
 //!
 //! UCX's own `UCX_*` environment variables apply too; these options override them.
@@ -262,6 +263,12 @@ impl UcxBackend {
                 )));
             }
         };
+        let idle_sleep = std::time::Duration::from_micros(
+            options
+                .take::<u64>("idle_sleep_us")
+                .map_err(open_err)?
+                .unwrap_or(0),
+        );
         let peer_errors = options
             .take::<bool>("peer_errors")
             .map_err(open_err)?
@@ -271,6 +278,7 @@ impl UcxBackend {
             tls,
             net_devices,
             progress,
+            idle_sleep,
         };
         let (ucx, base) = Ucx::open(memory, &settings).map_err(open_err)?;
         tracing::debug!(?settings, peer_errors, ?memory, "ucx backend opened");

@@ -4,10 +4,9 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
+use blockwire_core::{BackendError, BackendErrorKind, ProgressThread, RegionSpan};
 use ucx_sys::*;
 
 use crate::status::{check, error};
@@ -45,6 +44,8 @@ pub(crate) struct Settings {
     pub(crate) tls: Option<String>,
     pub(crate) net_devices: Option<String>,
     pub(crate) progress: Progress,
+    /// Bound on the progress thread's sleep when idle.
+    pub(crate) idle_sleep: Duration,
 }
 
 struct WorkerPtr(ucp_worker_h);
@@ -61,8 +62,7 @@ pub(crate) struct Ucx {
     pub(crate) worker_address: Vec<u8>,
     /// The packed remote key of the whole region, for descriptors.
     pub(crate) rkey: Vec<u8>,
-    stop: Arc<AtomicBool>,
-    progress: Option<JoinHandle<()>>,
+    progress: Option<ProgressThread>,
     pub(crate) mode: Progress,
 }
 
@@ -126,7 +126,6 @@ impl Ucx {
             memh: ptr::null_mut(),
             worker_address: Vec::new(),
             rkey: Vec::new(),
-            stop: Arc::new(AtomicBool::new(false)),
             progress: None,
             mode: settings.progress,
         };
@@ -198,12 +197,13 @@ impl Ucx {
         unsafe { ucp_rkey_buffer_release(rkey) };
         if settings.progress == Progress::Thread {
             let worker = WorkerPtr(ucx.worker);
-            let stop = ucx.stop.clone();
-            let handle = std::thread::Builder::new()
-                .name("blockwire-ucx-progress".into())
-                .spawn(move || progress_loop(worker, &stop))
-                .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-            ucx.progress = Some(handle);
+            let thread = ProgressThread::spawn("ucx", settings.idle_sleep, move || {
+                let worker = &worker;
+                // SAFETY: the worker outlives this thread: `Ucx::drop` stops and joins it first.
+                unsafe { ucp_worker_progress(worker.0) as usize }
+            })
+            .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
+            ucx.progress = Some(thread);
         }
         Ok((Arc::new(ucx), base))
     }
@@ -211,7 +211,7 @@ impl Ucx {
     /// Wakes the progress thread (after a post, so it spins instead of sleeping).
     pub(crate) fn kick(&self) {
         if let Some(t) = &self.progress {
-            t.thread().unpark();
+            t.kick();
         }
     }
 
@@ -266,33 +266,10 @@ unsafe extern "C" fn worker_flushed(
     unsafe { ucp_request_free(request) };
 }
 
-fn progress_loop(worker: WorkerPtr, stop: &AtomicBool) {
-    let mut idle: u32 = 0;
-    while !stop.load(Ordering::Acquire) {
-        // SAFETY: the worker outlives this thread: `Ucx::drop` stops and joins it first.
-        let events = unsafe { ucp_worker_progress(worker.0) };
-        if events > 0 {
-            idle = 0;
-            continue;
-        }
-        idle = idle.saturating_add(1);
-        if idle < 8 {
-            // Let a posting thread take the worker lock between two progress calls.
-            std::thread::yield_now();
-            continue;
-        }
-        // Idle: back off from 20 us to 1 ms; a post wakes the thread at once.
-        let shift = (idle - 8).min(6);
-        std::thread::park_timeout(Duration::from_micros(20 << shift).min(Duration::from_millis(1)));
-    }
-}
-
 impl Drop for Ucx {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.progress.take() {
-            t.thread().unpark();
-            let _ = t.join();
+        if let Some(mut t) = self.progress.take() {
+            t.stop();
         }
         if !self.worker.is_null() {
             self.drain_worker(Duration::from_secs(1));

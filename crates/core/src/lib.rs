@@ -31,6 +31,7 @@ mod error;
 pub mod fingerprint;
 mod ids;
 mod options;
+mod progress;
 mod span;
 mod xfer;
 
@@ -39,5 +40,6 @@ pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use options::BackendOptions;
+pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
 pub use span::RegionSpan;
 pub use xfer::{CancelMode, FailureReason, Op, PollResult, XferState};
