@@ -16,6 +16,8 @@
 //! ```
 
 mod measure;
+#[cfg(feature = "ucx")]
+mod raw_ucx;
 mod report;
 
 use std::time::Duration;
@@ -75,6 +77,13 @@ impl Args {
             }
         }
         Ok(TransportOptions::default().with_backend_options(opts))
+    }
+
+    /// One backend option given with `--opt` (the raw baselines honour the transport choice).
+    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    fn option(&self, backend: &str, key: &str) -> Option<String> {
+        let mut opts = self.options(backend).ok()?.backend;
+        opts.take::<String>(key).ok().flatten()
     }
 
     fn open(

@@ -115,7 +115,24 @@ pub(crate) fn throughput(
     }
     let secs = start.elapsed().as_secs_f64();
     let gbps = completes.len() as f64 * f64::from(batch) * block as f64 / secs / 1e9;
-    let raw_gbps = (backend == "shm").then(|| raw_memcpy_gbps(&a, &b, batch, groups, run_for));
+    let raw_gbps = match backend {
+        "shm" => Some(raw_memcpy_gbps(&a, &b, batch, groups, run_for)),
+        #[cfg(feature = "ucx")]
+        "ucx" => {
+            drop((a, b));
+            let tls = args.option(backend, "tls");
+            Some(crate::raw_ucx::gbps(
+                op,
+                blocks,
+                block,
+                batch,
+                args.depth,
+                run_for,
+                tls.as_deref(),
+            )?)
+        }
+        _ => None,
+    };
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
     Ok(Point {
