@@ -16,6 +16,8 @@
 //! ```
 
 mod measure;
+#[cfg(feature = "libfabric")]
+mod raw_ofi;
 #[cfg(feature = "ucx")]
 mod raw_ucx;
 mod report;
@@ -80,7 +82,7 @@ impl Args {
     }
 
     /// One backend option given with `--opt` (the raw baselines honour the transport choice).
-    #[cfg_attr(not(feature = "ucx"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "ucx", feature = "libfabric")), allow(dead_code))]
     fn option(&self, backend: &str, key: &str) -> Option<String> {
         let mut opts = self.options(backend).ok()?.backend;
         opts.take::<String>(key).ok().flatten()

@@ -131,6 +131,25 @@ pub(crate) fn throughput(
                 tls.as_deref(),
             )?)
         }
+        #[cfg(feature = "libfabric")]
+        "libfabric" => {
+            drop((a, b));
+            let provider = match args.option(backend, "provider").as_deref() {
+                None | Some("tcp") => "tcp;ofi_rxm".to_owned(),
+                Some(p) => p.to_owned(),
+            };
+            let domain = args.option(backend, "domain");
+            Some(crate::raw_ofi::gbps(
+                op,
+                blocks,
+                block,
+                batch,
+                args.depth,
+                run_for,
+                &provider,
+                domain.as_deref(),
+            )?)
+        }
         _ => None,
     };
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);

@@ -80,8 +80,10 @@ use fabric::{Fabric, OpContext, Settings, Transfer};
 /// ```
 pub const KIND: &str = "libfabric";
 
-/// How long a post retries while the provider says `FI_EAGAIN` before it gives up.
-const POST_RETRY: Duration = Duration::from_secs(10);
+/// How long a post retries while the provider says `FI_EAGAIN` before it gives up: a peer
+/// that accepts no operation for this long (tcp;ofi_rxm says `FI_EAGAIN` to a peer whose
+/// connection is gone) is treated as disconnected.
+const POST_RETRY: Duration = Duration::from_secs(3);
 
 /// The libfabric backend (see the crate docs).
 pub struct OfiBackend {
@@ -336,7 +338,17 @@ impl Backend for OfiBackend {
                 transfer.pending.fetch_sub(1, Ordering::AcqRel);
                 // SAFETY: the provider did not take the context; reclaim it.
                 drop(unsafe { Box::from_raw(context) });
-                let e = errors::error(&format!("posting {op}"), ret);
+                let e = if ret == EAGAIN {
+                    BackendError::new(
+                        BackendErrorKind::RemoteDisconnect,
+                        format!(
+                            "posting {op}: the provider refused it for {POST_RETRY:?} (FI_EAGAIN \
+                             while completions were read): the peer accepts no operations"
+                        ),
+                    )
+                } else {
+                    errors::error(&format!("posting {op}"), ret)
+                };
                 if i == 0 {
                     return Err(e);
                 }

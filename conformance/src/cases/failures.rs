@@ -93,7 +93,11 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
     // Later: refused at submit, or failed as a disconnect; never done, never stuck.
     match a.write_blocks(&peer, &[0], &[0]) {
         Err(Error::Submit { source, .. }) => {
-            assert_eq!(source.kind(), BackendErrorKind::RemoteDisconnect)
+            assert_eq!(
+                source.kind(),
+                BackendErrorKind::RemoteDisconnect,
+                "{source}"
+            )
         }
         Ok(id) => {
             let seen = wait_for(&a, Some(&peer), &[id]);
