@@ -274,24 +274,15 @@ impl Backend for OfiBackend {
         remote: &[BlockIndex],
     ) -> Result<OfiXfer, BackendError> {
         let block_len = self.span.block_len();
-        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
-        if local.len() != remote.len() {
-            return Err(bad("index lists differ in length".into()));
-        }
+        // Every index is checked before the first operation is posted.
+        let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
         let transfer = Transfer::new();
         let fabric = &self.fabric;
-        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
-            let loff = self
-                .span
-                .block_offset(l)
-                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
-            if r >= peer.num_blocks {
-                return Err(bad(format!("remote block {r} out of range")));
-            }
-            let roff = u64::from(r) * block_len as u64;
+        for (i, pair) in pairs.iter().enumerate() {
+            let roff = pair.remote;
             let iov = iovec {
-                // SAFETY: `loff` is inside the region (checked above).
-                iov_base: unsafe { self.span.base().as_ptr().add(loff) }.cast(),
+                // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
+                iov_base: unsafe { self.span.base().as_ptr().add(pair.local) }.cast(),
                 iov_len: block_len,
             };
             let mut desc = [fabric.desc];

@@ -306,23 +306,17 @@ impl Backend for NixlBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<NixlXfer, BackendError> {
-        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
-        if local.len() != remote.len() {
-            return Err(bad("index lists differ in length".into()));
-        }
-        let to_i32 = |v: &[BlockIndex], n: u32, side: &str| {
+        self.span.block_pairs(local, remote, peer.num_blocks)?;
+        let to_i32 = |v: &[BlockIndex]| {
             v.iter()
                 .map(|&i| {
-                    if i < n {
-                        i32::try_from(i).map_err(|_| bad(format!("{side} block {i} too large")))
-                    } else {
-                        Err(bad(format!("{side} block {i} out of range")))
-                    }
+                    i32::try_from(i).map_err(|_| {
+                        BackendError::new(BackendErrorKind::Other, format!("block {i} too large"))
+                    })
                 })
                 .collect::<Result<Vec<i32>, _>>()
         };
-        let l = to_i32(local, self.span.num_blocks(), "local")?;
-        let r = to_i32(remote, peer.num_blocks, "remote")?;
+        let (l, r) = (to_i32(local)?, to_i32(remote)?);
         let xop = match op {
             Op::Write => XferOp::Write,
             Op::Read => XferOp::Read,

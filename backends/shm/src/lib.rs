@@ -435,24 +435,13 @@ impl Backend for ShmBackend {
     ) -> Result<ShmXfer, BackendError> {
         let block_len = self.span.block_len();
         let local_base = self.span.base().as_ptr() as usize;
-        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
-        if local.len() != remote.len() {
-            return Err(bad("index lists differ in length".into()));
-        }
         let mut chunks = Vec::new();
         let mut current: Vec<Piece> = Vec::new();
         let mut current_bytes = 0;
-        for (&l, &r) in local.iter().zip(remote) {
-            let loff = self
-                .span
-                .block_offset(l)
-                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
-            if r >= peer.num_blocks {
-                return Err(bad(format!("remote block {r} out of range")));
-            }
+        for pair in self.span.block_pairs(local, remote, peer.num_blocks)? {
             // In range of a region whose end was checked to fit at connect.
-            let rbase = peer.base + r as usize * block_len;
-            let lbase = local_base + loff;
+            let rbase = peer.base + pair.remote as usize;
+            let lbase = local_base + pair.local;
             let mut off = 0;
             while off < block_len {
                 let len = (self.chunk_bytes - current_bytes).min(block_len - off);

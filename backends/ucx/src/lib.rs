@@ -400,27 +400,18 @@ impl Backend for UcxBackend {
             return Err(status::error("peer endpoint failed", health));
         }
         let block_len = self.span.block_len();
-        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
-        if local.len() != remote.len() {
-            return Err(bad("index lists differ in length".into()));
-        }
+        // Every index is checked before the first operation is posted.
+        let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
         let shared = Arc::new(Completion {
             state: AtomicU8::new(RUNNING),
             status: AtomicI8::new(UCS_OK),
             post_error: AtomicI8::new(UCS_OK),
         });
         let plain = ucp_request_param_t::default();
-        for (i, (&l, &r)) in local.iter().zip(remote).enumerate() {
-            let loff = self
-                .span
-                .block_offset(l)
-                .ok_or_else(|| bad(format!("local block {l} out of range")))?;
-            if r >= peer.num_blocks {
-                return Err(bad(format!("remote block {r} out of range")));
-            }
-            // SAFETY: `loff` is inside the region (checked above).
-            let local_ptr = unsafe { self.span.base().as_ptr().add(loff) };
-            let remote_addr = peer.base + u64::from(r) * block_len as u64;
+        for (i, pair) in pairs.iter().enumerate() {
+            // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
+            let local_ptr = unsafe { self.span.base().as_ptr().add(pair.local) };
+            let remote_addr = peer.base + pair.remote;
             // SAFETY: the local block is valid for `block_len` bytes until the backend is
             // dropped, which happens only after this transfer is released; the remote range
             // lies inside the peer's registered region (index checked, size checked when the

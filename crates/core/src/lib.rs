@@ -41,5 +41,5 @@ pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use options::BackendOptions;
 pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
-pub use span::RegionSpan;
+pub use span::{BlockPair, RegionSpan};
 pub use xfer::{CancelMode, FailureReason, Op, PollResult, XferState};

@@ -2,6 +2,23 @@
 
 use std::ptr::NonNull;
 
+use crate::{BackendError, BackendErrorKind, BlockIndex};
+
+/// One block of a transfer, as byte offsets: in this region and in the peer's (blocks have the
+/// same length on both sides).
+///
+/// ```
+/// let p = blockwire_core::BlockPair { local: 0, remote: 4096 };
+/// assert_eq!(p.remote, 4096);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockPair {
+    /// Offset of the local block in this region.
+    pub local: usize,
+    /// Offset of the remote block in the peer's region.
+    pub remote: u64,
+}
+
 /// The address and shape of a transport's local region, handed to a backend when it is
 /// opened so it can register the memory (one registration of the whole region).
 ///
@@ -121,5 +138,52 @@ impl RegionSpan {
     /// ```
     pub fn block_offset(&self, index: u32) -> Option<usize> {
         (index < self.num_blocks).then(|| index as usize * self.block_len)
+    }
+
+    /// The byte offsets of a transfer's blocks, checked: equal list lengths, every local index
+    /// inside this region and every remote index below `remote_blocks`. The generic layer has
+    /// validated the lists already; a backend calls this before touching memory anyway, so a
+    /// bad list is an error, never an access outside the two regions.
+    ///
+    /// ```
+    /// # use blockwire_core::{BlockPair, RegionSpan};
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 4, 100).unwrap();
+    /// let pairs = s.block_pairs(&[1, 3], &[0, 7], 8).unwrap();
+    /// assert_eq!(pairs, vec![BlockPair { local: 100, remote: 0 }, BlockPair { local: 300, remote: 700 }]);
+    /// assert!(s.block_pairs(&[4], &[0], 8).is_err());
+    /// assert!(s.block_pairs(&[0], &[8], 8).is_err());
+    /// assert!(s.block_pairs(&[0, 1], &[0], 8).is_err());
+    /// ```
+    pub fn block_pairs(
+        &self,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        remote_blocks: u32,
+    ) -> Result<Vec<BlockPair>, BackendError> {
+        let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
+        if local.len() != remote.len() {
+            return Err(bad(format!(
+                "index lists differ in length: {} local, {} remote",
+                local.len(),
+                remote.len()
+            )));
+        }
+        local
+            .iter()
+            .zip(remote)
+            .map(|(&l, &r)| {
+                let local = self
+                    .block_offset(l)
+                    .ok_or_else(|| bad(format!("local block {l} out of range")))?;
+                if r >= remote_blocks {
+                    return Err(bad(format!("remote block {r} out of range")));
+                }
+                Ok(BlockPair {
+                    local,
+                    remote: u64::from(r) * self.block_len as u64,
+                })
+            })
+            .collect()
     }
 }
