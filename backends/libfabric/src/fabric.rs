@@ -62,13 +62,17 @@ impl OpContext {
 pub(crate) struct Settings {
     pub(crate) provider: String,
     pub(crate) domain: Option<String>,
-    /// Bound on the progress thread's sleep when idle.
+    /// Bound on the progress thread's sleep when idle (polling progress).
     pub(crate) idle_sleep: Duration,
+    /// Block on the completion queue's wait object where the provider offers one.
+    pub(crate) wait: bool,
 }
 
 struct Raw(*mut fid_cq);
 // SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
 unsafe impl Send for Raw {}
+// SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
+unsafe impl Sync for Raw {}
 
 /// Everything libfabric, closed in order on drop (after every peer and transfer: they hold an
 /// `Arc` of it).
@@ -89,6 +93,8 @@ pub(crate) struct Fabric {
     /// What `fi_getinfo` granted, in words (for logs and users).
     pub(crate) attributes: String,
     progress: Option<ProgressThread>,
+    /// The completion queue has a wait object (the progress thread blocks on it).
+    waitable: bool,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
@@ -126,6 +132,7 @@ impl Fabric {
             provider: String::new(),
             attributes: String::new(),
             progress: None,
+            waitable: false,
         };
         // From here on, `f`'s Drop closes whatever was opened.
         // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
@@ -246,16 +253,30 @@ impl Fabric {
                 "fi_endpoint",
                 fi_endpoint(f.domain, info, &mut f.ep, ptr::null_mut()),
             )?;
+            // A queue with a wait object lets the progress thread sleep in the kernel until
+            // the provider's sockets or queues have something (fi_cq_sread), so a passive
+            // target is progressed as soon as bytes arrive; providers without one are polled.
             let mut cq_attr = fi_cq_attr {
                 format: FI_CQ_FORMAT_CONTEXT,
                 size: 4096,
-                wait_obj: FI_WAIT_NONE,
+                wait_obj: if settings.wait {
+                    FI_WAIT_UNSPEC
+                } else {
+                    FI_WAIT_NONE
+                },
                 ..Default::default()
             };
-            check(
-                "fi_cq_open",
-                fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut()),
-            )?;
+            let mut opened = fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut());
+            f.waitable = opened == 0 && settings.wait;
+            if opened != 0 && settings.wait {
+                tracing::debug!(
+                    error = %error("fi_cq_open with a wait object", opened as isize),
+                    "polling the completion queue instead"
+                );
+                cq_attr.wait_obj = FI_WAIT_NONE;
+                opened = fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut());
+            }
+            check("fi_cq_open", opened)?;
             let mut av_attr = fi_av_attr {
                 type_: FI_AV_TABLE,
                 ..Default::default()
@@ -301,11 +322,29 @@ impl Fabric {
             f.desc = fi_mr_desc(f.mr);
         }
         let cq = Raw(f.cq);
-        let thread = ProgressThread::spawn("ofi", settings.idle_sleep, move || {
-            let cq = &cq;
-            // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
-            unsafe { poll_cq(cq.0) }
-        })
+        let thread = if f.waitable {
+            let wake = Raw(f.cq);
+            ProgressThread::spawn_waiting(
+                "ofi",
+                move || {
+                    let cq = &cq;
+                    // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins
+                    // it first.
+                    unsafe { wait_cq(cq.0) };
+                },
+                move || {
+                    let cq = &wake;
+                    // SAFETY: called by `stop`, before `Fabric::drop` closes the queue.
+                    unsafe { fi_cq_signal(cq.0) };
+                },
+            )
+        } else {
+            ProgressThread::spawn("ofi", settings.idle_sleep, move || {
+                let cq = &cq;
+                // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
+                unsafe { poll_cq(cq.0) }
+            })
+        }
         .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
         f.progress = Some(thread);
         Ok(Arc::new(f))
@@ -334,6 +373,41 @@ unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
     let mut entries = [fi_cq_entry::default(); 16];
     // SAFETY: `entries` holds 16 context-format entries.
     let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
+    // SAFETY: per this function's contract.
+    unsafe { dispatch(cq, n, &entries) }
+}
+
+/// How long the progress thread blocks in `fi_cq_sread` at most (stop wakes it at once).
+const WAIT_MS: i32 = 100;
+
+/// Blocks until completions arrive (the provider progresses meanwhile), up to [`WAIT_MS`],
+/// and completes their operations.
+///
+/// # Safety
+///
+/// As for [`poll_cq`]; the queue has a wait object.
+unsafe fn wait_cq(cq: *mut fid_cq) -> usize {
+    let mut entries = [fi_cq_entry::default(); 16];
+    // SAFETY: `entries` holds 16 context-format entries; no source-address condition.
+    let n = unsafe {
+        fi_cq_sread(
+            cq,
+            entries.as_mut_ptr().cast(),
+            entries.len(),
+            ptr::null(),
+            WAIT_MS,
+        )
+    };
+    // SAFETY: per this function's contract.
+    unsafe { dispatch(cq, n, &entries) }
+}
+
+/// Completes the `n` entries one read returned, or reads the error it announced.
+///
+/// # Safety
+///
+/// As for [`poll_cq`].
+unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
     if n > 0 {
         for e in &entries[..n as usize] {
             // SAFETY: every operation is posted with a boxed OpContext, completed once.

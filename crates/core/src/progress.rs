@@ -29,10 +29,20 @@ pub const DEFAULT_IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// assert!(calls.load(Ordering::Relaxed) > 0);
 /// # Ok::<(), std::io::Error>(())
 /// ```
-#[derive(Debug)]
 pub struct ProgressThread {
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
+    /// Makes a blocked [`ProgressThread::spawn_waiting`] call return (none for polling threads).
+    wake: Option<Box<dyn Fn() + Send + Sync>>,
+}
+
+impl std::fmt::Debug for ProgressThread {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressThread")
+            .field("running", &self.handle.is_some())
+            .field("waiting", &self.wake.is_some())
+            .finish()
+    }
 }
 
 impl ProgressThread {
@@ -77,6 +87,56 @@ impl ProgressThread {
         Ok(ProgressThread {
             stop,
             handle: Some(handle),
+            wake: None,
+        })
+    }
+
+    /// Runs `wait` in a loop, for a library that can block until there is work (a completion
+    /// queue with a wait object that wakes when data arrives): `wait` progresses, blocking for
+    /// a bounded time when there is nothing to do, so a passive target is served as soon as
+    /// bytes arrive without a thread spinning. `wake` makes a blocked `wait` return; stopping
+    /// calls it.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Condvar, Mutex};
+    /// let pair = Arc::new((Mutex::new(false), Condvar::new()));
+    /// let (p, w) = (pair.clone(), pair.clone());
+    /// let t = blockwire_core::ProgressThread::spawn_waiting(
+    ///     "doc",
+    ///     move || {
+    ///         let (m, c) = &*p;
+    ///         let mut woken = m.lock().unwrap();
+    ///         while !*woken {
+    ///             woken = c.wait_timeout(woken, std::time::Duration::from_secs(1)).unwrap().0;
+    ///         }
+    ///         *woken = false;
+    ///     },
+    ///     move || {
+    ///         *w.0.lock().unwrap() = true;
+    ///         w.1.notify_all();
+    ///     },
+    /// )?;
+    /// drop(t); // returns promptly: `wake` ends the blocked wait
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn spawn_waiting(
+        name: &str,
+        mut wait: impl FnMut() + Send + 'static,
+        wake: impl Fn() + Send + Sync + 'static,
+    ) -> std::io::Result<Self> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let handle = std::thread::Builder::new()
+            .name(format!("blockwire-{name}-progress"))
+            .spawn(move || {
+                while !flag.load(Ordering::Acquire) {
+                    wait();
+                }
+            })?;
+        Ok(ProgressThread {
+            stop,
+            handle: Some(handle),
+            wake: Some(Box::new(wake)),
         })
     }
 
@@ -103,6 +163,9 @@ impl ProgressThread {
     pub fn stop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if let Some(h) = self.handle.take() {
+            if let Some(wake) = &self.wake {
+                wake();
+            }
             h.thread().unpark();
             let _ = h.join();
         }
