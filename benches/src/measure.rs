@@ -1,47 +1,83 @@
-//! Measurements: the memory ceiling, throughput points, the raw baseline, registration.
+//! Measurements: the memory ceiling, throughput points, the shm raw baseline, registration.
 
 use std::time::{Duration, Instant};
 
-use blockwire::{AnyTransport, Op, PeerId, TransferId, Transport};
-use serde::Serialize;
+use blockwire::{Op, PeerId, Region, TransferId, Transport};
+use serde::{Deserialize, Serialize};
 
-use crate::Args;
+use crate::{Args, Backends, Res, Shape, peer_process::PeerProcess};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+/// The memory ceiling: single-thread `memcpy` over a working set the size of one region,
+/// measured again before every point so that it sees the same machine load as the point.
+pub(crate) struct Ceiling {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
 
-/// Single-thread copy throughput over a working set of `bytes` (source and destination of
-/// `bytes` each), best of the passes that fit in `time`.
-pub(crate) fn memcpy_gbps(bytes: usize, time: Duration) -> f64 {
-    let src = vec![1u8; bytes];
-    let mut dst = vec![0u8; bytes];
-    dst.copy_from_slice(&src); // touch every page first
-    let start = Instant::now();
-    let mut best = f64::MAX;
-    while start.elapsed() < time || best == f64::MAX {
-        let t = Instant::now();
-        dst.copy_from_slice(std::hint::black_box(&src));
-        std::hint::black_box(&mut dst);
-        best = best.min(t.elapsed().as_secs_f64());
+impl Ceiling {
+    pub(crate) fn new(bytes: usize) -> Self {
+        let src = vec![1u8; bytes];
+        let mut dst = vec![0u8; bytes];
+        dst.copy_from_slice(&src); // touch every page first
+        Ceiling { src, dst }
     }
-    bytes as f64 / best / 1e9
+
+    /// Sustained GB/s over at least `time` (whole passes, at least one).
+    pub(crate) fn gbps(&mut self, time: Duration) -> f64 {
+        let start = Instant::now();
+        let mut copied = 0usize;
+        while copied == 0 || start.elapsed() < time {
+            self.dst.copy_from_slice(std::hint::black_box(&self.src));
+            std::hint::black_box(&mut self.dst);
+            copied += self.src.len();
+        }
+        copied as f64 / start.elapsed().as_secs_f64() / 1e9
+    }
 }
 
 /// One throughput measurement.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct Point {
-    pub(crate) backend: String,
-    pub(crate) op: String,
-    pub(crate) block_bytes: usize,
-    pub(crate) batch: u32,
-    pub(crate) depth: usize,
-    pub(crate) gbps: f64,
-    pub(crate) ratio_to_memcpy: f64,
-    /// The same block copies without blockwire (shm: `memcpy` block by block), if known.
-    pub(crate) raw_gbps: Option<f64>,
-    pub(crate) submit_avg_us: f64,
-    pub(crate) submit_p99_us: f64,
-    pub(crate) complete_avg_us: f64,
-    pub(crate) complete_p99_us: f64,
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Point {
+    /// Backend name.
+    pub backend: String,
+    /// `WRITE` or `READ`.
+    pub op: String,
+    /// Whether the remote transport ran in another process.
+    pub cross_process: bool,
+    /// Bytes per block.
+    pub block_bytes: usize,
+    /// Blocks per transfer.
+    pub batch: u32,
+    /// Transfers kept in flight.
+    pub depth: usize,
+    /// Blocks moved per second, in GB/s.
+    pub gbps: f64,
+    /// Single-thread `memcpy` GB/s measured just before this point.
+    pub ceiling_gbps: f64,
+    /// `gbps / ceiling_gbps`.
+    pub ratio_to_memcpy: f64,
+    /// The same batches through the backend's library without blockwire, if there is a
+    /// baseline (measured in one process).
+    pub raw_gbps: Option<f64>,
+    /// Average time of `write_blocks`/`read_blocks`, µs.
+    pub submit_avg_us: f64,
+    /// 99th percentile of the submit time, µs.
+    pub submit_p99_us: f64,
+    /// Average time from submit to the id reported done by `poll`, µs.
+    pub complete_avg_us: f64,
+    /// 99th percentile of the completion time, µs.
+    pub complete_p99_us: f64,
+}
+
+/// Registration cost of one backend.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct Registration {
+    /// Backend name.
+    pub backend: String,
+    /// Blocks in the peer's region.
+    pub blocks: u32,
+    /// Median of 5 `add_remote_peer` calls, µs.
+    pub median_us: f64,
 }
 
 fn avg_p99(mut v: Vec<f64>) -> (f64, f64) {
@@ -54,33 +90,59 @@ fn avg_p99(mut v: Vec<f64>) -> (f64, f64) {
     (avg, p99)
 }
 
+/// The remote side of a measurement: a transport here, or one in a spawned process.
+enum Remote {
+    Here(Box<dyn Transport>),
+    Process(PeerProcess),
+}
+
 /// Keeps `depth` transfers of `batch` blocks in flight for the run time.
 pub(crate) fn throughput(
+    backends: &dyn Backends,
     args: &Args,
     backend: &str,
     op: Op,
     block: usize,
-    ceiling: f64,
+    ceiling: &mut Ceiling,
 ) -> Res<Point> {
     let region_bytes = args.region_mib << 20;
     let blocks = u32::try_from((region_bytes / block).max(1))?;
     let batch = args.batch.min(blocks);
-    let (a, b) = (
-        args.open(backend, blocks, block)?,
-        args.open(backend, blocks, block)?,
-    );
+    let run_for = Duration::from_secs_f64(args.duration);
+    let shape = Shape {
+        op,
+        blocks,
+        block,
+        batch,
+        depth: args.depth,
+        run_for,
+    };
+    let options = || args.options(backend);
+    let a = backends.open(backend, blocks, block, options()?, args.allocate)?;
     for i in 0..blocks {
         a.region().fill_block(i, (i % 251) as u8)?;
-        b.region().fill_block(i, (i % 241) as u8)?;
     }
+    let remote = if args.cross_process {
+        Remote::Process(PeerProcess::spawn(args, backend, blocks, block)?)
+    } else {
+        let b = backends.open(backend, blocks, block, options()?, args.allocate)?;
+        for i in 0..blocks {
+            b.region().fill_block(i, (i % 241) as u8)?;
+        }
+        Remote::Here(b)
+    };
+    let desc = match &remote {
+        Remote::Here(b) => b.descriptor()?,
+        Remote::Process(p) => p.descriptor.clone(),
+    };
     let peer = PeerId::from("b");
-    a.add_remote_peer(&peer, &b.descriptor()?)?;
+    a.add_remote_peer(&peer, &desc)?;
+    let ceiling_gbps = ceiling.gbps(run_for / 2);
     let groups = (blocks / batch).max(1);
     let mut next = 0u32;
     let mut submits = Vec::new();
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
-    let run_for = Duration::from_secs_f64(args.duration);
     let start = Instant::now();
     loop {
         let running = start.elapsed() < run_for;
@@ -115,53 +177,21 @@ pub(crate) fn throughput(
     }
     let secs = start.elapsed().as_secs_f64();
     let gbps = completes.len() as f64 * f64::from(batch) * block as f64 / secs / 1e9;
-    let raw_gbps = match backend {
-        "shm" => Some(raw_memcpy_gbps(&a, &b, batch, groups, run_for)),
-        #[cfg(feature = "ucx")]
-        "ucx" => {
-            drop((a, b));
-            let tls = args.option(backend, "tls");
-            Some(crate::raw_ucx::gbps(
-                op,
-                blocks,
-                block,
-                batch,
-                args.depth,
-                run_for,
-                tls.as_deref(),
-            )?)
-        }
-        #[cfg(feature = "libfabric")]
-        "libfabric" => {
-            drop((a, b));
-            let provider = match args.option(backend, "provider").as_deref() {
-                None | Some("tcp") => "tcp;ofi_rxm".to_owned(),
-                Some(p) => p.to_owned(),
-            };
-            let domain = args.option(backend, "domain");
-            Some(crate::raw_ofi::gbps(
-                op,
-                blocks,
-                block,
-                batch,
-                args.depth,
-                run_for,
-                &provider,
-                domain.as_deref(),
-            )?)
-        }
-        _ => None,
-    };
+    a.close()?;
+    drop((a, remote));
+    let raw_gbps = backends.raw_gbps(backend, &shape, args)?;
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
     Ok(Point {
         backend: backend.to_owned(),
         op: op.to_string(),
+        cross_process: args.cross_process,
         block_bytes: block,
         batch,
         depth: args.depth,
         gbps,
-        ratio_to_memcpy: gbps / ceiling,
+        ceiling_gbps,
+        ratio_to_memcpy: gbps / ceiling_gbps,
         raw_gbps,
         submit_avg_us,
         submit_p99_us,
@@ -170,42 +200,58 @@ pub(crate) fn throughput(
     })
 }
 
-/// The shm backend's raw baseline: the same batches of block copies between the same two
-/// regions, by one thread, with nothing of blockwire in between.
-fn raw_memcpy_gbps(
-    a: &AnyTransport,
-    b: &AnyTransport,
-    batch: u32,
-    groups: u32,
-    run_for: Duration,
-) -> f64 {
-    let len = a.block_len();
-    let (src, dst) = (a.region().span().base(), b.region().span().base());
+/// The shm backend's raw baseline: the same batches of block copies between two regions of
+/// this shape, by one thread, with nothing of blockwire in between.
+///
+/// ```
+/// use blockwire_bench::{Shape, raw_memcpy_gbps};
+/// let shape = Shape {
+///     op: blockwire::Op::Write, blocks: 8, block: 4096, batch: 4, depth: 1,
+///     run_for: std::time::Duration::from_millis(5),
+/// };
+/// assert!(raw_memcpy_gbps(&shape)? > 0.0);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn raw_memcpy_gbps(shape: &Shape) -> Res<f64> {
+    let (a, b) = (
+        Region::new(shape.blocks, shape.block)?,
+        Region::new(shape.blocks, shape.block)?,
+    );
+    let (src, dst) = match shape.op {
+        Op::Write => (a.span().base(), b.span().base()),
+        Op::Read => (b.span().base(), a.span().base()),
+    };
+    let (len, batch) = (shape.block, shape.batch.min(shape.blocks));
+    let groups = (shape.blocks / batch).max(1);
     let mut copied = 0usize;
     let mut next = 0u32;
     let start = Instant::now();
-    while start.elapsed() < run_for {
+    while copied == 0 || start.elapsed() < shape.run_for {
         let first = (next % groups) * batch;
         next += 1;
         for i in first..first + batch {
             let off = i as usize * len;
-            // SAFETY: `i` < num_blocks of both regions (same shape), so both ranges lie inside
-            // their regions, which live as long as `a` and `b`; nothing else runs on them now.
+            // SAFETY: `i` < `blocks` of both regions (same shape), so both ranges lie inside
+            // their regions, which live to the end of this function; nothing else uses them.
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr().add(off), dst.as_ptr().add(off), len)
             };
             copied += len;
         }
     }
-    copied as f64 / start.elapsed().as_secs_f64() / 1e9
+    Ok(copied as f64 / start.elapsed().as_secs_f64() / 1e9)
 }
 
-/// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds.
-pub(crate) fn registration_us(args: &Args, backend: &str, blocks: u32) -> Res<f64> {
-    let (a, b) = (
-        args.open(backend, blocks, 64)?,
-        args.open(backend, blocks, 64)?,
-    );
+/// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds (both
+/// transports in this process).
+pub(crate) fn registration_us(
+    backends: &dyn Backends,
+    args: &Args,
+    backend: &str,
+    blocks: u32,
+) -> Res<f64> {
+    let open = || backends.open(backend, blocks, 64, args.options(backend)?, args.allocate);
+    let (a, b) = (open()?, open()?);
     let desc = b.descriptor()?;
     let peer = PeerId::from("b");
     let mut times = Vec::new();
@@ -217,12 +263,4 @@ pub(crate) fn registration_us(args: &Args, backend: &str, blocks: u32) -> Res<f6
     }
     times.sort_by(f64::total_cmp);
     Ok(times[times.len() / 2])
-}
-
-/// Registration cost of one backend.
-#[derive(Clone, Debug, Serialize)]
-pub(crate) struct Registration {
-    pub(crate) backend: String,
-    pub(crate) blocks: u32,
-    pub(crate) median_us: f64,
 }

@@ -5,9 +5,10 @@
 
 use std::ffi::{CString, c_void};
 use std::ptr;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use blockwire::{Op, Region};
+use blockwire_bench::Shape;
 use libfabric_sys::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -180,16 +181,15 @@ impl Drop for Side {
 /// GB/s of raw libfabric for `op` over two regions of `blocks` blocks of `block` bytes,
 /// `depth` batches of `batch` operations outstanding, for `run_for`.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn gbps(
-    op: Op,
-    blocks: u32,
-    block: usize,
-    batch: u32,
-    depth: usize,
-    run_for: Duration,
-    provider: &str,
-    domain: Option<&str>,
-) -> Res<f64> {
+pub(crate) fn gbps(shape: &Shape, provider: &str, domain: Option<&str>) -> Res<f64> {
+    let Shape {
+        op,
+        blocks,
+        block,
+        batch,
+        depth,
+        run_for,
+    } = *shape;
     let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
     let (a, b) = (
         Side::open(&ra, provider, domain)?,

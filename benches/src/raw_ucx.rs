@@ -5,9 +5,10 @@
 use std::ffi::{CString, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use blockwire::{Op, Region};
+use blockwire_bench::Shape;
 use ucx_sys::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -104,15 +105,15 @@ unsafe extern "C" fn flushed(request: *mut c_void, _status: ucs_status_t, user_d
 
 /// GB/s of raw UCX for `op` over two regions of `blocks` blocks of `block` bytes, `batch`
 /// blocks per flush, `depth` flushes outstanding, for `run_for`.
-pub(crate) fn gbps(
-    op: Op,
-    blocks: u32,
-    block: usize,
-    batch: u32,
-    depth: usize,
-    run_for: Duration,
-    tls: Option<&str>,
-) -> Res<f64> {
+pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f64> {
+    let Shape {
+        op,
+        blocks,
+        block,
+        batch,
+        depth,
+        run_for,
+    } = *shape;
     let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
     let (a, b) = (Side::open(&ra, tls)?, Side::open(&rb, tls)?);
     let progress = || {
@@ -129,9 +130,17 @@ pub(crate) fn gbps(
             "ucp_worker_get_address",
             ucp_worker_get_address(b.worker, &mut addr, &mut addr_len),
         )?;
+        // The backend's own endpoint setting: peer error handling (which, in UCX 1.13, rules
+        // out the shared-memory transports) unless `peer_errors=false`.
         let eparams = ucp_ep_params_t {
-            field_mask: UCP_EP_PARAM_FIELD_REMOTE_ADDRESS as u64,
+            field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE)
+                as u64,
             address: addr,
+            err_mode: if peer_errors {
+                UCP_ERR_HANDLING_MODE_PEER
+            } else {
+                UCP_ERR_HANDLING_MODE_NONE
+            },
             ..Default::default()
         };
         let mut ep: ucp_ep_h = ptr::null_mut();

@@ -3,26 +3,61 @@
 use std::path::{Path, PathBuf};
 
 use plotters::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::Res;
 use crate::measure::{Point, Registration};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
-
 /// Everything one run measured.
-#[derive(Serialize)]
-pub(crate) struct Run {
-    pub(crate) memcpy_gbps: f64,
-    pub(crate) region_mib: usize,
-    pub(crate) points: Vec<Point>,
-    pub(crate) registration: Vec<Registration>,
+#[derive(Serialize, Deserialize, Debug, Default)]
+pub struct Run {
+    /// Median of the memory ceilings measured before each point, GB/s.
+    pub memcpy_gbps: f64,
+    /// Bytes of each region, MiB.
+    pub region_mib: usize,
+    /// Throughput points, in the order measured.
+    pub points: Vec<Point>,
+    /// `add_remote_peer` times.
+    pub registration: Vec<Registration>,
+    /// Backends left out, with the reason.
+    pub skipped: Vec<String>,
+}
+
+impl Run {
+    pub(crate) fn new(region_mib: usize) -> Self {
+        Run {
+            region_mib,
+            ..Default::default()
+        }
+    }
+
+    /// Adds what another binary measured.
+    pub(crate) fn merge(&mut self, other: Run) {
+        self.points.extend(other.points);
+        self.registration.extend(other.registration);
+        self.skipped.extend(other.skipped);
+    }
+
+    /// Sets the headline ceiling: the median of the per-point ceilings.
+    pub(crate) fn settle(&mut self) {
+        let mut c: Vec<f64> = self.points.iter().map(|p| p.ceiling_gbps).collect();
+        c.sort_by(f64::total_cmp);
+        self.memcpy_gbps = c.get(c.len() / 2).copied().unwrap_or(0.0);
+    }
 }
 
 /// Prints one table per backend and operation, then the registration table.
 pub(crate) fn print_tables(run: &Run) {
+    let (lo, hi) = run.points.iter().fold((f64::MAX, 0f64), |(lo, hi), p| {
+        (lo.min(p.ceiling_gbps), hi.max(p.ceiling_gbps))
+    });
     println!(
-        "memory ceiling (single-thread memcpy over {} MiB): {:.2} GB/s\n",
-        run.region_mib, run.memcpy_gbps
+        "memory ceiling (single-thread memcpy over {} MiB, measured before each point): \
+         median {:.2} GB/s, {:.2} to {:.2}\n",
+        run.region_mib,
+        run.memcpy_gbps,
+        lo.min(hi),
+        hi
     );
     let mut keys: Vec<(String, String)> = run
         .points
@@ -31,7 +66,14 @@ pub(crate) fn print_tables(run: &Run) {
         .collect();
     keys.dedup();
     for (backend, op) in keys {
-        println!("{backend} {op}");
+        let xp = run
+            .points
+            .iter()
+            .any(|p| p.backend == backend && p.op == op && p.cross_process);
+        println!(
+            "{backend} {op}{}",
+            if xp { " (peer in another process)" } else { "" }
+        );
         println!(
             "{:>9} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
             "block",
@@ -73,6 +115,9 @@ pub(crate) fn print_tables(run: &Run) {
     println!("{:>10} {:>12} {:>12}", "backend", "blocks", "time");
     for r in &run.registration {
         println!("{:>10} {:>12} {:>10.1}us", r.backend, r.blocks, r.median_us);
+    }
+    for s in &run.skipped {
+        println!("\nskipped: {s}");
     }
 }
 

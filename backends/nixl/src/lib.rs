@@ -56,6 +56,21 @@ pub fn runtime_loaded() -> bool {
     runtime::is_loaded()
 }
 
+/// Loads the NIXL runtime into this process, from `lib_dir` or the default place (opening a
+/// backend does this too), for code that calls nixl-sys directly beside blockwire, such as the
+/// bench's raw NIXL baseline. Fails as [`BackendErrorKind::Unsupported`] when the runtime is
+/// missing or this process already runs the system UCX.
+///
+/// ```
+/// // Needs the runtime (scripts/setup-backends.sh).
+/// blockwire_nixl::load_runtime(None)?;
+/// assert!(blockwire_nixl::runtime_loaded());
+/// # Ok::<(), blockwire_core::BackendError>(())
+/// ```
+pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
+    runtime::ensure(&runtime::lib_dir(lib_dir))
+}
+
 /// The backend kind written in descriptors.
 ///
 /// ```

@@ -1,0 +1,134 @@
+//! The nixl backend's raw baseline: the same batches between two NIXL agents in this process,
+//! through nixl-sys directly (prepared descriptor lists, `make_xfer_req` + `post_xfer_req` per
+//! transfer, `get_xfer_status` until done): NIXL with nothing of blockwire in between.
+
+use std::time::Instant;
+
+use blockwire::{Op, Region};
+use blockwire_bench::{Res, Shape};
+use nixl_sys::{
+    Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
+    XferDlistHandle, XferOp, XferRequest, XferStatus,
+};
+
+/// A region as NIXL registers it.
+#[derive(Debug)]
+struct Dram {
+    addr: usize,
+    len: usize,
+}
+
+impl MemoryRegion for Dram {
+    unsafe fn as_ptr(&self) -> *const u8 {
+        self.addr as *const u8
+    }
+
+    fn size(&self) -> usize {
+        self.len
+    }
+}
+
+impl NixlDescriptor for Dram {
+    fn mem_type(&self) -> MemType {
+        MemType::Dram
+    }
+
+    fn device_id(&self) -> u64 {
+        0
+    }
+}
+
+/// One agent with one registered region.
+struct Side {
+    agent: Agent,
+    _registration: RegistrationHandle,
+}
+
+impl Side {
+    fn open(name: &str, plugin: &str, region: &Region) -> Res<Side> {
+        let agent = Agent::new(name)?;
+        let (_mems, params) = agent.get_plugin_params(plugin)?;
+        agent.create_backend(plugin, &params)?;
+        let dram = Dram {
+            addr: region.span().base().as_ptr() as usize,
+            len: region.span().len(),
+        };
+        let registration = agent.register_memory(&dram, None)?;
+        Ok(Side {
+            agent,
+            _registration: registration,
+        })
+    }
+}
+
+/// The blocks of `region`, one descriptor each.
+fn blocks(region: &Region) -> Res<XferDescList<'static>> {
+    let span = region.span();
+    let mut list = XferDescList::new(MemType::Dram)?;
+    for i in 0..span.num_blocks() {
+        let addr = span.base().as_ptr() as usize + i as usize * span.block_len();
+        list.add_desc(addr, span.block_len(), 0);
+    }
+    Ok(list)
+}
+
+/// GB/s of NIXL alone for `shape`, with the plugin `plugin` (`UCX` by default).
+pub(crate) fn gbps(shape: &Shape, plugin: &str) -> Res<f64> {
+    let (ra, rb) = (
+        Region::new(shape.blocks, shape.block)?,
+        Region::new(shape.blocks, shape.block)?,
+    );
+    let pid = std::process::id();
+    let a = Side::open(&format!("raw-a-{pid}"), plugin, &ra)?;
+    let b = Side::open(&format!("raw-b-{pid}"), plugin, &rb)?;
+    let remote = a.agent.load_remote_md(&b.agent.get_local_md()?)?;
+    let local: XferDlistHandle = a.agent.prepare_xfer_dlist("", &blocks(&ra)?, None)?;
+    let theirs: XferDlistHandle = a.agent.prepare_xfer_dlist(&remote, &blocks(&rb)?, None)?;
+    let op = match shape.op {
+        Op::Write => XferOp::Write,
+        Op::Read => XferOp::Read,
+    };
+    let batch = shape.batch.min(shape.blocks);
+    let groups = (shape.blocks / batch).max(1);
+    let mut inflight: Vec<XferRequest> = Vec::new();
+    let (mut next, mut done) = (0u32, 0usize);
+    let start = Instant::now();
+    loop {
+        // A post NIXL completes at once leaves nothing in flight: check the clock each time.
+        while inflight.len() < shape.depth && start.elapsed() < shape.run_for {
+            let first = i32::try_from((next % groups) * batch)?;
+            next += 1;
+            let idx: Vec<i32> = (first..first + i32::try_from(batch)?).collect();
+            let req = a
+                .agent
+                .make_xfer_req(op, &local, &idx, &theirs, &idx, None)?;
+            if a.agent.post_xfer_req(&req, None)? {
+                inflight.push(req);
+            } else {
+                done += 1;
+            }
+        }
+        if inflight.is_empty() && start.elapsed() >= shape.run_for {
+            break;
+        }
+        let mut k = 0;
+        let mut any = false;
+        while k < inflight.len() {
+            match a.agent.get_xfer_status(&inflight[k])? {
+                XferStatus::Success => {
+                    inflight.swap_remove(k);
+                    done += 1;
+                    any = true;
+                }
+                XferStatus::InProgress => k += 1,
+            }
+        }
+        if !any {
+            std::thread::yield_now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    drop((local, theirs));
+    a.agent.invalidate_remote_md(&remote)?;
+    Ok(done as f64 * f64::from(batch) * shape.block as f64 / secs / 1e9)
+}

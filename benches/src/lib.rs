@@ -1,0 +1,262 @@
+//! `blockwire-bench`: compares the backends compiled in, side by side, against the memory
+//! ceiling and each backend's raw library, measured in the same run.
+//!
+//! For each backend, operation and block size it keeps `depth` transfers of `batch` blocks in
+//! flight between two transports (in this process, or with `--cross-process` the remote one in
+//! a spawned process) for `duration` seconds, over regions larger than the last-level cache,
+//! and prints GB/s; the ratio to a single-thread `memcpy` over the same working set, measured
+//! just before the point; the ratio to the backend's raw baseline (the same batches through
+//! the library with nothing of blockwire in between: `memcpy` for shm, `ucp_put_nbx` + flush
+//! for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl); and average and p99 submit
+//! and completion times. Then the time to add a peer of 1,000, 19,599 and 1,000,000 blocks.
+//! Results also go to `results/run-*/` as JSON and an SVG plot. Ratios measured in one run
+//! are what to compare: these machines are shared and noisy.
+//!
+//! The nixl backend cannot share a process with the system UCX the ucx backend loads, so
+//! `blockwire-bench` runs it in its sibling binary `blockwire-bench-nixl` and merges the
+//! results (building the sibling first when it runs under `cargo run`).
+//!
+//! ```text
+//! cargo run --release -p blockwire-bench                    # shm, full sweep
+//! cargo run --release -p blockwire-bench -- --quick         # under a minute
+//! cargo run --release -p blockwire-bench --all-features     # every backend
+//! ```
+//!
+//! The library is what both binaries share; a binary supplies the backends it can open and
+//! their raw baselines through [`Backends`]:
+//!
+//! ```
+//! use blockwire::{Region, Transport, TransportOptions};
+//! use blockwire_bench::{Backends, Res, Shape};
+//!
+//! struct ShmOnly;
+//! impl Backends for ShmOnly {
+//!     fn open(&self, backend: &str, blocks: u32, block: usize, options: TransportOptions, _allocate: bool)
+//!         -> Res<Box<dyn Transport>> {
+//!         Ok(Box::new(blockwire::open(backend, Region::new(blocks, block)?, options)?))
+//!     }
+//!     fn raw_gbps(&self, _backend: &str, shape: &Shape, _args: &blockwire_bench::Args) -> Res<Option<f64>> {
+//!         Ok(Some(blockwire_bench::raw_memcpy_gbps(shape)?))
+//!     }
+//! }
+//! let t = ShmOnly.open("shm", 4, 4096, TransportOptions::default(), false)?;
+//! assert_eq!(t.num_blocks(), 4);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod cli;
+mod measure;
+mod peer_process;
+mod report;
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use blockwire::{Op, Transport, TransportOptions};
+use clap::Parser;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use cli::Args;
+pub use measure::{Point, Registration, raw_memcpy_gbps};
+pub use report::Run;
+
+/// The error type of the bench: anything printable.
+pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// The shape of one throughput measurement, as a raw baseline needs it.
+#[derive(Clone, Copy, Debug)]
+pub struct Shape {
+    /// WRITE or READ.
+    pub op: Op,
+    /// Blocks in each region.
+    pub blocks: u32,
+    /// Bytes per block.
+    pub block: usize,
+    /// Blocks per transfer.
+    pub batch: u32,
+    /// Transfers in flight.
+    pub depth: usize,
+    /// How long to measure.
+    pub run_for: Duration,
+}
+
+/// What a binary brings: how to open each backend it has, and each one's raw baseline.
+pub trait Backends {
+    /// Opens a transport of `backend` over a new region of `blocks` blocks of `block` bytes
+    /// (`allocate`: the backend allocates it).
+    fn open(
+        &self,
+        backend: &str,
+        blocks: u32,
+        block: usize,
+        options: TransportOptions,
+        allocate: bool,
+    ) -> Res<Box<dyn Transport>>;
+
+    /// GB/s of the same batches done directly through the backend's library, if there is a
+    /// baseline for it.
+    fn raw_gbps(&self, backend: &str, shape: &Shape, args: &Args) -> Res<Option<f64>>;
+
+    /// The backends this binary runs when `--backends` is not given.
+    fn names(&self) -> Vec<String> {
+        blockwire::backends()
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
+    /// Another binary of this package that runs `backend` when it cannot run in this process.
+    fn elsewhere(&self, _backend: &str) -> Option<std::process::Command> {
+        None
+    }
+}
+
+/// Parses the command line and runs the bench (or serves one peer transport for a
+/// cross-process run); the whole `main` of each binary.
+pub fn main(backends: &dyn Backends) -> ExitCode {
+    let mut args = Args::parse();
+    args.settle();
+    let result = match args.serve_peer.clone() {
+        Some(spec) => peer_process::serve(backends, &args, &spec),
+        None => run(backends, &mut args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("blockwire-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
+    if args.backends.is_empty() {
+        args.backends = backends.names();
+    }
+    let ops = args.ops()?;
+    let mut run = Run::new(args.region_mib);
+    // A backend that cannot run in this process (NIXL beside the system UCX) runs in the
+    // binary that can, if there is one; one that cannot run at all is reported and left out.
+    let mut here = Vec::new();
+    for backend in &args.backends {
+        match backends.open(backend, 1, 4096, args.options(backend)?, args.allocate) {
+            Ok(_) => here.push(backend.clone()),
+            Err(e) if is_unsupported(&*e) => match backends.elsewhere(backend) {
+                Some(cmd) => run.merge(run_elsewhere(cmd, args, backend)?),
+                None => {
+                    println!("{backend}: skipped: {e}");
+                    run.skipped.push(format!("{backend}: {e}"));
+                }
+            },
+            Err(e) => return Err(e),
+        }
+    }
+    let total = here.len() * (ops.len() * args.sizes_kib.len() + REGISTRATION_SIZES.len());
+    let bar = ProgressBar::new(total as u64).with_style(
+        ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if args.emit_json.is_some() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    let mut ceiling = measure::Ceiling::new(args.region_mib << 20);
+    for backend in &here {
+        for &op in &ops {
+            for &kib in &args.sizes_kib {
+                bar.set_message(format!("{backend} {op} {kib} KiB"));
+                let point =
+                    measure::throughput(backends, args, backend, op, kib << 10, &mut ceiling)?;
+                run.points.push(point);
+                bar.inc(1);
+            }
+        }
+        for blocks in REGISTRATION_SIZES {
+            bar.set_message(format!("{backend} add_remote_peer, {blocks} blocks"));
+            run.registration.push(Registration {
+                backend: backend.clone(),
+                blocks,
+                median_us: measure::registration_us(backends, args, backend, blocks)?,
+            });
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    run.settle();
+    if let Some(path) = &args.emit_json {
+        std::fs::write(path, serde_json::to_string(&run)?)?;
+        return Ok(());
+    }
+    report::print_tables(&run);
+    let dir = report::write(&run, &args.results)?;
+    println!("\nresults (JSON and SVG plot): {}", dir.display());
+    Ok(())
+}
+
+/// Runs `backend` in another binary and reads back what it measured.
+fn run_elsewhere(mut cmd: std::process::Command, args: &Args, backend: &str) -> Res<Run> {
+    let dir = tempdir()?;
+    let out = dir.join("run.json");
+    println!(
+        "{backend}: runs in its own process ({:?})",
+        cmd.get_program()
+    );
+    let status = cmd
+        .args(args.forwarded(backend))
+        .arg(format!("--emit-json={}", out.display()))
+        .status()
+        .map_err(|e| format!("starting {:?} for {backend}: {e}", cmd.get_program()))?;
+    if !status.success() {
+        return Err(format!("{backend}: {:?} failed ({status})", cmd.get_program()).into());
+    }
+    let run = serde_json::from_slice(&std::fs::read(&out)?)?;
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(run)
+}
+
+fn tempdir() -> Res<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("blockwire-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// Peer sizes whose registration is timed.
+const REGISTRATION_SIZES: [u32; 3] = [1_000, 19_599, 1_000_000];
+
+fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
+    matches!(
+        e.downcast_ref::<blockwire::Error>(),
+        Some(blockwire::Error::Open { source, .. })
+            if source.kind() == blockwire::BackendErrorKind::Unsupported
+    )
+}
+
+/// The sibling binary `name` beside the running one, building it first with the features this
+/// binary was built with when it is missing and this runs under `cargo run` (`CARGO` is set).
+pub fn sibling(name: &str, features: &[&str]) -> Option<std::process::Command> {
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.with_file_name(name);
+    let stale = |p: &Path| {
+        let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
+        match (modified(p), modified(&exe)) {
+            (Some(s), Some(e)) => s < e,
+            _ => true,
+        }
+    };
+    if stale(&path) {
+        if let Ok(cargo) = std::env::var("CARGO") {
+            let release = exe.parent().and_then(|d| d.file_name()) == Some("release".as_ref());
+            println!("building {name} (cargo build -p blockwire-bench --bin {name})");
+            let mut build = std::process::Command::new(cargo);
+            build.args(["build", "-q", "-p", "blockwire-bench", "--bin", name]);
+            build.arg(format!("--features={}", features.join(",")));
+            if release {
+                build.arg("--release");
+            }
+            if !build.status().is_ok_and(|s| s.success()) {
+                return None;
+            }
+        }
+    }
+    path.exists().then(|| std::process::Command::new(path))
+}
