@@ -1,4 +1,5 @@
-//! Criterion micro-benchmarks: the cost of one small write + poll round, `poll(Some(peer))`
+//! Criterion micro-benchmarks, per backend compiled in (nixl excepted: it cannot share a
+//! process with the system UCX): the cost of one small write + poll round, `poll(Some(peer))`
 //! with nothing in flight against 10,000 transfers in flight to other peers, and
 //! `add_remote_peer_async` until published. `cargo bench -p blockwire-bench`.
 
@@ -11,30 +12,48 @@ use blockwire::{PeerId, Region, Transport, TransportOptions};
 use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-fn write_poll_round(c: &mut Criterion) {
-    let open = || {
-        blockwire::open(
-            "shm",
-            Region::new(64, 4096).expect("region"),
-            TransportOptions::default(),
-        )
-        .expect("open")
-    };
-    let (a, b) = (open(), open());
-    let peer = PeerId::from("b");
-    a.add_remote_peer(&peer, &b.descriptor().expect("descriptor"))
-        .expect("add");
-    c.bench_function("shm write_blocks + poll, one 4 KiB block", |bench| {
-        bench.iter(|| {
-            let id = a.write_blocks(&peer, &[1], &[2]).expect("write");
-            loop {
-                let r = a.poll(Some(&peer)).expect("poll");
-                if r.done.contains(&id) {
-                    break;
-                }
-            }
+/// Every backend compiled in that opens in this process (nixl runs in its own binary).
+fn usable_backends() -> Vec<&'static str> {
+    blockwire::backends()
+        .iter()
+        .copied()
+        .filter(|b| {
+            let region = Region::new(1, 4096).expect("region");
+            blockwire::open(b, region, TransportOptions::default()).is_ok()
         })
-    });
+        .collect()
+}
+
+fn write_poll_round(c: &mut Criterion) {
+    for backend in usable_backends() {
+        let open = || {
+            blockwire::open(
+                backend,
+                Region::new(64, 4096).expect("region"),
+                TransportOptions::default(),
+            )
+            .expect("open")
+        };
+        let (a, b) = (open(), open());
+        let peer = PeerId::from("b");
+        a.add_remote_peer(&peer, &b.descriptor().expect("descriptor"))
+            .expect("add");
+        c.bench_function(
+            &format!("{backend} write_blocks + poll, one 4 KiB block"),
+            |bench| {
+                bench.iter(|| {
+                    let id = a.write_blocks(&peer, &[1], &[2]).expect("write");
+                    loop {
+                        let r = a.poll(Some(&peer)).expect("poll");
+                        assert!(r.failed.is_empty(), "{backend}: {:?}", r.failed);
+                        if r.done.contains(&id) {
+                            break;
+                        }
+                    }
+                })
+            },
+        );
+    }
 }
 
 fn scoped_poll(c: &mut Criterion) {
@@ -70,28 +89,30 @@ fn scoped_poll(c: &mut Criterion) {
 }
 
 fn registration(c: &mut Criterion) {
-    let open = |n| {
-        blockwire::open(
-            "shm",
-            Region::new(n, 64).expect("region"),
-            TransportOptions::default(),
-        )
-        .expect("open")
-    };
-    let (a, b) = (open(64), open(19_599));
-    let desc = b.descriptor().expect("descriptor");
-    let peer = PeerId::from("b");
-    c.bench_function(
-        "add_remote_peer_async until published, 19,599 blocks",
-        |bench| {
-            bench.iter(|| {
-                a.add_remote_peer_async(&peer, &desc)
-                    .wait()
-                    .expect("published");
-                a.remove_remote_peer(&peer).expect("remove");
-            })
-        },
-    );
+    for backend in usable_backends() {
+        let open = |n| {
+            blockwire::open(
+                backend,
+                Region::new(n, 64).expect("region"),
+                TransportOptions::default(),
+            )
+            .expect("open")
+        };
+        let (a, b) = (open(64), open(19_599));
+        let desc = b.descriptor().expect("descriptor");
+        let peer = PeerId::from("b");
+        c.bench_function(
+            &format!("{backend} add_remote_peer_async until published, 19,599 blocks"),
+            |bench| {
+                bench.iter(|| {
+                    a.add_remote_peer_async(&peer, &desc)
+                        .wait()
+                        .expect("published");
+                    a.remove_remote_peer(&peer).expect("remove");
+                })
+            },
+        );
+    }
 }
 
 criterion_group!(benches, write_poll_round, scoped_poll, registration);
