@@ -23,6 +23,13 @@
 //! ```
 
 mod cases;
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
+pub mod dead_peer;
 mod fault;
 mod fixture;
 #[cfg(any(

@@ -318,6 +318,25 @@ impl PeerProcess {
         self.read_line()
     }
 
+    /// Kills the peer with `SIGKILL` (no chance to close anything) and reaps it.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = PeerProcess::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.kill()
+    /// }
+    /// ```
+    pub fn kill(&mut self) -> Fallible<()> {
+        self.child
+            .kill()
+            .map_err(|e| format!("killing the peer: {e}"))?;
+        self.child
+            .wait()
+            .map(drop)
+            .map_err(|e| format!("reaping the peer: {e}"))
+    }
+
     /// Sends `QUIT` and waits (bounded) for a successful exit.
     ///
     /// ```no_run

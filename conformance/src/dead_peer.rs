@@ -1,0 +1,245 @@
+//! The dead-peer check: a peer process is killed with `SIGKILL` while large transfers to it and
+//! from it are in flight. Every one of them must surface (failed, as a remote disconnect where
+//! the backend detects one) within a bound; cancel-wait must drain; another peer's transfers
+//! must be unaffected; and the peer, restarted with a new descriptor, can be added again and
+//! written to.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use blockwire::{CancelMode, FailureReason, PeerId, TransferId};
+
+use crate::peer::{Opener, PeerProcess};
+use crate::support::pattern;
+
+type Fallible<T> = Result<T, String>;
+
+/// What one dead-peer run observed.
+#[derive(Debug, Clone, Default)]
+pub struct DeadPeerReport {
+    /// Transfers to or from the killed peer that were still unreported at the kill.
+    pub in_flight_at_kill: usize,
+    /// Of those, how many failed with a remote disconnect.
+    pub disconnects: usize,
+    /// Of those, how many completed anyway (their bytes had left before the kill). The half
+    /// drained by cancel-wait is counted in none of these.
+    pub done: usize,
+    /// Of those, how many failed for another reason.
+    pub other_failures: usize,
+    /// From the kill to the last of them surfacing (through poll or cancel-wait).
+    pub surfaced_after: Duration,
+    /// Whether a post to the dead peer after the kill was refused (rather than accepted).
+    pub post_after_kill_refused: bool,
+}
+
+const BLOCKS: u32 = 32;
+const LEN: usize = 1 << 20;
+/// Blocks per transfer: 8 MiB each.
+const BATCH: u32 = 8;
+
+fn range(first: u32) -> Vec<u32> {
+    (first..first + BATCH).collect()
+}
+
+/// Runs the dead-peer check for `backend` with transports from `open` and peers from `exe`
+/// (a binary serving [`crate::peer`]'s protocol). `bound` is how long the killed peer's
+/// transfers may take to surface. Where the backend detects remote disconnects
+/// ([`blockwire::Capabilities::remote_disconnect`]), each must fail as one (or have completed
+/// before the kill) and at least one must have failed; elsewhere each must merely surface.
+///
+/// ```no_run
+/// use blockwire_conformance::{dead_peer::dead_peer_with, peer::open_any};
+/// fn main() -> Result<(), String> {
+///     let r = dead_peer_with(open_any, "target/debug/blockwire-peer", "shm", "",
+///                            std::time::Duration::from_secs(5))?;
+///     assert!(r.surfaced_after < std::time::Duration::from_secs(5));
+///     Ok(())
+/// }
+/// ```
+pub fn dead_peer_with(
+    open: Opener,
+    exe: &str,
+    backend: &str,
+    opts: &str,
+    bound: Duration,
+) -> Fallible<DeadPeerReport> {
+    let err = |e: blockwire::Error| e.to_string();
+    let me = open(backend, BLOCKS, LEN, opts)?;
+    for i in 0..BLOCKS {
+        me.region()
+            .write_block(i, &pattern(1, i, LEN))
+            .map_err(err)?;
+    }
+    let detects = me.capabilities().remote_disconnect;
+    let mut victim = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
+    let mut healthy = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
+    let (v, h) = (PeerId::from("victim"), PeerId::from("healthy"));
+    me.add_remote_peer(&v, &victim.descriptor).map_err(err)?;
+    me.add_remote_peer(&h, &healthy.descriptor).map_err(err)?;
+
+    // Local blocks 0..8 are written to the victim, 8..16 read from it, 16..24 written to the
+    // healthy peer (its blocks 0..8).
+    let mut to_victim: HashSet<TransferId> = HashSet::new();
+    let mut to_healthy: Vec<TransferId> = Vec::new();
+    let mut outcomes: HashMap<TransferId, Result<(), FailureReason>> = HashMap::new();
+    let record = |r: blockwire::PollResult, out: &mut HashMap<_, _>| -> Fallible<()> {
+        for id in r.done {
+            if out.insert(id, Ok(())).is_some() {
+                return Err(format!("transfer {id} reported twice"));
+            }
+        }
+        for (id, why) in r.failed {
+            if out.insert(id, Err(why)).is_some() {
+                return Err(format!("transfer {id} reported twice"));
+            }
+        }
+        Ok(())
+    };
+    for _ in 0..3 {
+        to_victim.insert(me.write_blocks(&v, &range(0), &range(0)).map_err(err)?);
+        to_victim.insert(me.read_blocks(&v, &range(8), &range(8)).map_err(err)?);
+        to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
+    }
+    record(me.poll(None).map_err(err)?, &mut outcomes)?;
+    let kill_at = Instant::now();
+    victim.kill()?;
+    let in_flight: Vec<TransferId> = to_victim
+        .iter()
+        .filter(|id| !outcomes.contains_key(id))
+        .copied()
+        .collect();
+
+    // A post to the dead peer: refused, or accepted and then surfacing like the others.
+    let mut post_after_kill_refused = false;
+    let mut watched: Vec<TransferId> = in_flight.clone();
+    match me.write_blocks(&v, &range(0), &range(0)) {
+        Ok(id) => watched.push(id),
+        Err(_) => post_after_kill_refused = true,
+    }
+    // Cancel-wait half of them, again and again, until none is left tracked: each call
+    // releases those that stopped (never to be reported) and returns the rest; it must drain
+    // within the bound.
+    let (cancelled, polled) = watched.split_at(watched.len() / 2);
+    let mut tracked = cancelled.to_vec();
+    while !tracked.is_empty() {
+        if kill_at.elapsed() > bound {
+            return Err(format!(
+                "{backend}: cancel-wait still tracks {tracked:?} {bound:?} after the peer was \
+                 killed"
+            ));
+        }
+        tracked = me.cancel(&tracked, CancelMode::Wait).map_err(err)?;
+        std::thread::yield_now();
+    }
+    let mut last = kill_at.elapsed();
+    let pending = |o: &HashMap<TransferId, _>| {
+        polled
+            .iter()
+            .chain(to_healthy.iter())
+            .any(|id| !o.contains_key(id))
+    };
+    while pending(&outcomes) {
+        if kill_at.elapsed() > bound {
+            let missing: Vec<_> = polled
+                .iter()
+                .chain(to_healthy.iter())
+                .filter(|id| !outcomes.contains_key(id))
+                .collect();
+            return Err(format!(
+                "{backend}: transfers {missing:?} still unreported {bound:?} after the peer \
+                 was killed"
+            ));
+        }
+        let r = me.poll(None).map_err(err)?;
+        if r.done
+            .iter()
+            .chain(r.failed.iter().map(|(id, _)| id))
+            .any(|id| watched.contains(id))
+        {
+            last = kill_at.elapsed();
+        }
+        record(r, &mut outcomes)?;
+        std::thread::yield_now();
+    }
+    let mut report = DeadPeerReport {
+        in_flight_at_kill: in_flight.len(),
+        surfaced_after: last,
+        post_after_kill_refused,
+        ..Default::default()
+    };
+    for id in &watched {
+        if cancelled.contains(id) {
+            if let Some(o) = outcomes.get(id) {
+                return Err(format!(
+                    "{backend}: transfer {id} was released by cancel-wait, then polled: {o:?}"
+                ));
+            }
+            continue;
+        }
+        match outcomes.get(id) {
+            Some(Ok(())) => report.done += 1,
+            Some(Err(FailureReason::RemoteDisconnect(_))) => report.disconnects += 1,
+            Some(Err(other)) => {
+                report.other_failures += 1;
+                if detects {
+                    return Err(format!(
+                        "{backend}: transfer {id} failed as {other:?}, not a remote disconnect"
+                    ));
+                }
+            }
+            None => return Err(format!("{backend}: transfer {id} never surfaced")),
+        }
+    }
+    if detects && !polled.is_empty() && report.disconnects == 0 && report.done < polled.len() {
+        return Err(format!(
+            "{backend}: no transfer failed as a remote disconnect: {report:?}"
+        ));
+    }
+    // The healthy peer is unaffected: every write landed.
+    for id in &to_healthy {
+        if let Some(Err(why)) = outcomes.get(id) {
+            return Err(format!(
+                "{backend}: a transfer to the healthy peer failed: {why:?}"
+            ));
+        }
+    }
+    let pairs: Vec<String> = (0..BATCH).map(|i| format!("{i}:{}", 16 + i)).collect();
+    let reply = healthy.command(&format!("VERIFY 1 {}", pairs.join(",")))?;
+    if reply != "OK" {
+        return Err(format!(
+            "{backend}: the healthy peer after the kill: {reply}"
+        ));
+    }
+    // The victim restarted: a new descriptor under the same name, and writes reach it.
+    let mut restarted = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 4, opts)?;
+    me.add_remote_peer(&v, &restarted.descriptor)
+        .map_err(|e| format!("{backend}: adding the restarted peer: {e}"))?;
+    let id = me.write_blocks(&v, &range(0), &range(8)).map_err(err)?;
+    let deadline = Instant::now() + bound;
+    loop {
+        let r = me.poll(Some(&v)).map_err(err)?;
+        if r.done.contains(&id) {
+            break;
+        }
+        if let Some((_, why)) = r.failed.iter().find(|(x, _)| *x == id) {
+            return Err(format!(
+                "{backend}: a write to the restarted peer failed: {why:?}"
+            ));
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "{backend}: a write to the restarted peer did not finish"
+            ));
+        }
+        std::thread::yield_now();
+    }
+    let pairs: Vec<String> = (0..BATCH).map(|i| format!("{}:{i}", 8 + i)).collect();
+    let reply = restarted.command(&format!("VERIFY 1 {}", pairs.join(",")))?;
+    if reply != "OK" {
+        return Err(format!("{backend}: the restarted peer: {reply}"));
+    }
+    restarted.quit()?;
+    healthy.quit()?;
+    me.close().map_err(err)?;
+    Ok(report)
+}
