@@ -9,6 +9,8 @@
 //! | `VERIFY <seed> <r>:<l>,...` | `OK` if block `r` holds `pattern(seed, l)` for each pair and every other block its own pattern, else `FAIL <why>` |
 //! | `ADD <name> <hex descriptor>` | `OK` once the peer is registered |
 //! | `WRITE <name> <l>:<r>,...` | `OK` once the write is done |
+//! | `POST <name> <l>:<r>,...` | `ID <id>` as soon as the write is posted |
+//! | `SETTLE <ms>` | waits up to `ms` for every posted write to surface: `SETTLED <done> <failed> <elapsed ms> <first failure>`, or `PENDING <n> <elapsed ms>` |
 //! | `DROP` | `OK` once this process gave up access rights: as root it becomes user `nobody`, otherwise it makes itself non-dumpable (so same-user processes without `CAP_SYS_PTRACE` may no longer access its memory) |
 //! | `QUIT` | closes and exits 0 |
 //!
@@ -117,6 +119,7 @@ fn serve_inner(open: Opener) -> Fallible<()> {
             .map_err(|e| e.to_string())
     };
     say(&mut out, &format!("DESC {}", hex::encode(desc.to_bytes())))?;
+    let mut posted = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| e.to_string())?;
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -158,6 +161,39 @@ fn serve_inner(open: Opener) -> Fallible<()> {
                     .map_err(|e| e.to_string())?;
                 wait_done(&*t, &peer, &[id]);
                 say(&mut out, "OK")?;
+            }
+            ["POST", name, list] => {
+                let (local, remote): (Vec<u32>, Vec<u32>) = pairs(list)?.into_iter().unzip();
+                let id = t
+                    .write_blocks(&PeerId::from(*name), &local, &remote)
+                    .map_err(|e| e.to_string())?;
+                posted.push(id);
+                say(&mut out, &format!("ID {id}"))?;
+            }
+            ["SETTLE", ms] => {
+                let ms: u64 = ms.parse().map_err(|e| format!("ms: {e}"))?;
+                let start = Instant::now();
+                let (mut done, mut failed, mut first) = (0usize, 0usize, None);
+                while !posted.is_empty() && start.elapsed() < Duration::from_millis(ms) {
+                    let r = t.poll(None).map_err(|e| e.to_string())?;
+                    for id in r.done {
+                        posted.retain(|p| *p != id);
+                        done += 1;
+                    }
+                    for (id, why) in r.failed {
+                        posted.retain(|p| *p != id);
+                        failed += 1;
+                        first.get_or_insert(why);
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let took = start.elapsed().as_millis();
+                if posted.is_empty() {
+                    let why = first.map_or_else(String::new, |w| w.to_string());
+                    say(&mut out, &format!("SETTLED {done} {failed} {took} {why}"))?;
+                } else {
+                    say(&mut out, &format!("PENDING {} {took}", posted.len()))?;
+                }
             }
             ["DROP"] => {
                 drop_access()?;
@@ -260,7 +296,47 @@ impl PeerProcess {
         seed: u8,
         opts: &str,
     ) -> Fallible<Self> {
-        let mut child = Command::new(exe)
+        Self::spawn_command(Command::new(exe), exe, backend, blocks, len, seed, opts)
+    }
+
+    /// [`PeerProcess::spawn`] inside the network namespace `netns` (`ip netns exec`; needs
+    /// root and iproute2), with `env` added to its environment.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::PeerProcess;
+    /// fn main() -> Result<(), String> {
+    ///     let exe = "target/debug/blockwire-peer";
+    ///     let p = PeerProcess::spawn_in_netns("bw-a", &[], exe, "ucx", 8, 4096, 1, "tls=tcp")?;
+    ///     p.quit()
+    /// }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_in_netns(
+        netns: &str,
+        env: &[(&str, &str)],
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", netns, exe])
+            .envs(env.iter().copied());
+        Self::spawn_command(cmd, exe, backend, blocks, len, seed, opts)
+    }
+
+    fn spawn_command(
+        mut cmd: Command,
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut child = cmd
             .args([
                 backend,
                 &blocks.to_string(),
@@ -290,14 +366,22 @@ impl PeerProcess {
     }
 
     fn read_line(&mut self) -> Fallible<String> {
-        let mut line = String::new();
-        self.stdout
-            .read_line(&mut line)
-            .map_err(|e| format!("reading from the peer: {e}"))?;
-        if line.is_empty() {
-            return Err("the peer closed its output".into());
+        loop {
+            let mut line = String::new();
+            self.stdout
+                .read_line(&mut line)
+                .map_err(|e| format!("reading from the peer: {e}"))?;
+            if line.is_empty() {
+                return Err("the peer closed its output".into());
+            }
+            // UCX logs to standard output by default (`[time] [host:pid:thread] ... UCX
+            // ERROR ...`): pass such lines on, they are not replies.
+            if line.starts_with('[') && line.contains(" UCX ") {
+                eprint!("peer: {line}");
+                continue;
+            }
+            return Ok(line.trim_end().to_owned());
         }
-        Ok(line.trim_end().to_owned())
     }
 
     /// Sends one command and returns the reply line.
