@@ -134,6 +134,17 @@ fn nixl_between_two_processes() {
     assert!(status.success(), "cross-process nixl failed: {status}");
 }
 
+/// The dead-peer check for nixl, run by its own peer binary (see `nixl_between_two_processes`).
+#[cfg(feature = "nixl")]
+#[test]
+fn nixl_dead_peer() {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blockwire-nixl-peer"))
+        .arg("--dead-peer")
+        .status()
+        .expect("spawn blockwire-nixl-peer");
+    assert!(status.success(), "dead peer, nixl: {status}");
+}
+
 /// How long a killed peer's transfers may take to surface in the dead-peer tests.
 const DEAD_PEER_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 

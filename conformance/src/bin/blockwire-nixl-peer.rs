@@ -1,4 +1,5 @@
-//! The cross-process peer for NIXL (`--drive` makes it the parent side): `blockwire_conformance::peer`'s protocol over a NIXL
+//! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer` runs the
+//! dead-peer check against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
 //! transport, in a binary that never loads Debian's UCX (NIXL brings its own).
 
 use blockwire::BackendOptions;
@@ -26,6 +27,24 @@ fn open_nixl(
 }
 
 fn main() -> std::process::ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--dead-peer") {
+        // Used by the test: the dead-peer check against children of this binary.
+        let exe = std::env::current_exe().map(|p| p.display().to_string());
+        let bound = std::time::Duration::from_secs(5);
+        return match exe.and_then(|exe| {
+            blockwire_conformance::dead_peer::dead_peer_with(open_nixl, &exe, "nixl", "", bound)
+                .map_err(std::io::Error::other)
+        }) {
+            Ok(report) => {
+                eprintln!("dead peer, nixl: {report:?}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dead peer, nixl: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
     if std::env::args().nth(1).as_deref() == Some("--drive") {
         // Used by the test: this process drives a child of the same binary.
         let exe = std::env::current_exe().map(|p| p.display().to_string());
