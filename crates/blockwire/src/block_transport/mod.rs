@@ -422,15 +422,23 @@ impl<B: Backend> Transport for BlockTransport<B> {
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult> {
         let s = &*self.shared;
         let _gate = s.open()?;
-        let drained = s.inflight.poll(&s.backend, peer);
+        let mut drained = s.inflight.poll(&s.backend, peer);
         drop(drained.released);
+        // Each peer's list is in id order; `poll(None)` joins several.
+        drained.result.done.sort_unstable();
+        drained.result.failed.sort_unstable_by_key(|(id, _)| *id);
         Ok(drained.result)
     }
 
     fn cancel(&self, ids: &[TransferId], mode: CancelMode) -> Result<Vec<TransferId>> {
         let s = &*self.shared;
         let _gate = s.open()?;
-        let (still, released) = s.inflight.cancel(&s.backend, ids, mode);
+        // Each id once: a repeated id would be checked twice, and could be returned as still
+        // running by the first check and released by the second, then never reported (found by
+        // the model-based test).
+        let mut seen = std::collections::HashSet::with_capacity(ids.len());
+        let ids: Vec<TransferId> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
+        let (still, released) = s.inflight.cancel(&s.backend, &ids, mode);
         drop(released);
         Ok(still)
     }
