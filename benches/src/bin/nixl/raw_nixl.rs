@@ -6,37 +6,11 @@ use std::time::Instant;
 
 use blockwire::{Op, Region};
 use blockwire_bench::{Res, Shape};
+use blockwire_nixl::Dram;
 use nixl_sys::{
-    Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
-    XferDlistHandle, XferOp, XferRequest, XferStatus,
+    Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle, XferOp, XferRequest,
+    XferStatus,
 };
-
-/// A region as NIXL registers it.
-#[derive(Debug)]
-struct Dram {
-    addr: usize,
-    len: usize,
-}
-
-impl MemoryRegion for Dram {
-    unsafe fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-
-    fn size(&self) -> usize {
-        self.len
-    }
-}
-
-impl NixlDescriptor for Dram {
-    fn mem_type(&self) -> MemType {
-        MemType::Dram
-    }
-
-    fn device_id(&self) -> u64 {
-        0
-    }
-}
 
 /// One agent with one registered region.
 struct Side {
@@ -49,10 +23,7 @@ impl Side {
         let agent = Agent::new(name)?;
         let (_mems, params) = agent.get_plugin_params(plugin)?;
         agent.create_backend(plugin, &params)?;
-        let dram = Dram {
-            addr: region.span().base().as_ptr() as usize,
-            len: region.span().len(),
-        };
+        let dram = Dram::new(region.span().base().as_ptr() as usize, region.span().len());
         let registration = agent.register_memory(&dram, None)?;
         Ok(Side {
             agent,
