@@ -30,6 +30,8 @@ struct Plan {
     registrations_cv: Condvar,
     connects_started: AtomicUsize,
     transfers_held: AtomicBool,
+    /// `fail_peer` calls (the stall watchdog).
+    peers_failed: AtomicUsize,
     posts: AtomicU64,
     fail_post_at: AtomicU64,
     fail_state: AtomicBool,
@@ -139,6 +141,15 @@ impl FaultPlan {
     /// ```
     pub fn release_busy(&self, on: bool) {
         self.0.release_busy.store(on, Ordering::SeqCst);
+    }
+
+    /// How many times the transport's stall watchdog asked this backend to cut a peer.
+    ///
+    /// ```
+    /// assert_eq!(blockwire_conformance::FaultPlan::default().peers_failed(), 0);
+    /// ```
+    pub fn peers_failed(&self) -> usize {
+        self.0.peers_failed.load(Ordering::SeqCst)
     }
 
     /// Simulates a remote disconnect of every peer: their transfers fail with
@@ -324,6 +335,16 @@ impl<B: Backend> Backend for FaultyBackend<B> {
             ));
         }
         self.inner.state(&mut xfer.inner)
+    }
+
+    fn fail_peer(&self, peer: &Self::Peer) -> bool {
+        // The inner backend cuts its own connection if it can; the wrapper then acts as a
+        // remote disconnect (of every peer, as `FaultPlan::disconnect` does), so held
+        // transfers end too.
+        self.inner.fail_peer(&peer.inner);
+        self.plan.0.peers_failed.fetch_add(1, Ordering::SeqCst);
+        self.plan.disconnect(true);
+        true
     }
 
     fn abort(&self, xfer: &mut Self::Xfer) {

@@ -25,6 +25,8 @@ pub struct Spec {
     pub config_fields: Option<serde_json::Map<String, serde_json::Value>>,
     /// Close timeout.
     pub close_timeout: Duration,
+    /// Stall timeout (`TransportOptions::stall_timeout`).
+    pub stall_timeout: Option<Duration>,
 }
 
 impl Spec {
@@ -39,6 +41,7 @@ impl Spec {
             block_len,
             config_fields: None,
             close_timeout: Duration::from_secs(5),
+            stall_timeout: Some(blockwire::DEFAULT_STALL_TIMEOUT),
         }
     }
 
@@ -64,10 +67,22 @@ impl Spec {
         self
     }
 
+    /// Sets the stall timeout.
+    ///
+    /// ```
+    /// let s = blockwire_conformance::Spec::new(2, 8).with_stall_timeout(None);
+    /// assert!(s.stall_timeout.is_none());
+    /// ```
+    pub fn with_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
     fn options(&self, backend: BackendOptions) -> TransportOptions {
         TransportOptions::default()
             .with_config_fields(self.config_fields.clone())
             .with_close_timeout(self.close_timeout)
+            .with_stall_timeout(self.stall_timeout)
             .with_backend_options(backend)
     }
 }

@@ -120,7 +120,23 @@ pub struct UcxPeer {
     /// Set by the endpoint's error callback; owned through a raw `Arc` while the endpoint
     /// exists.
     health: *const PeerHealth,
+    /// What `fail_peer` did to the endpoint; posts hold it shared for their whole duration,
+    /// so the endpoint is never closed under one.
+    link: parking_lot::RwLock<Link>,
+    /// The completions of this peer's transfers, for `fail_peer`: UCX 1.13's forced close does
+    /// not complete flushes already posted on the endpoint.
+    posted: parking_lot::Mutex<Vec<std::sync::Weak<Completion>>>,
     _live: Live,
+}
+
+/// The endpoint's state as `fail_peer` leaves it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// Open (healthy or failed by UCX): `close_peer` closes it.
+    Open,
+    /// Key destroyed and endpoint force-closed by `fail_peer`; `closed`: the close finished,
+    /// so the error-callback state may be freed.
+    Cut { closed: bool },
 }
 
 // SAFETY: the endpoint and remote key belong to a UCS_THREAD_MODE_MULTI worker, which
@@ -369,6 +385,8 @@ impl Backend for UcxBackend {
             base: desc.base_addr,
             num_blocks: desc.num_blocks,
             health,
+            link: parking_lot::RwLock::new(Link::Open),
+            posted: parking_lot::Mutex::new(Vec::new()),
             _live: self.counts.peer(),
         };
         if status != UCS_OK {
@@ -394,9 +412,10 @@ impl Backend for UcxBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<UcxXfer, BackendError> {
+        let link = peer.link.read();
         // SAFETY: `health` lives as long as the peer.
         let health = unsafe { &*peer.health }.status.load(Ordering::Acquire);
-        if health != UCS_OK {
+        if health != UCS_OK || *link != Link::Open {
             return Err(status::error("peer endpoint failed", health));
         }
         let block_len = self.span.block_len();
@@ -468,6 +487,12 @@ impl Backend for UcxBackend {
             drop(unsafe { Arc::from_raw(user_data) });
             shared.complete(UCS_PTR_STATUS(request));
         }
+        {
+            let mut posted = peer.posted.lock();
+            posted.retain(|c| c.strong_count() > 0);
+            posted.push(Arc::downgrade(&shared));
+        }
+        drop(link);
         self.ucx.kick();
         Ok(UcxXfer {
             shared,
@@ -490,6 +515,39 @@ impl Backend for UcxBackend {
         }
     }
 
+    fn fail_peer(&self, peer: &UcxPeer) -> bool {
+        let mut link = peer.link.write();
+        if *link != Link::Open {
+            return true;
+        }
+        // SAFETY: `health` lives as long as the peer. Later posts are refused from here on.
+        let health = unsafe { &*peer.health };
+        let _ = health.status.compare_exchange(
+            UCS_OK,
+            UCS_ERR_ENDPOINT_TIMEOUT,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+        // SAFETY: no post runs (the write lock); the key and endpoint are live and released
+        // here once (`close_peer` skips a cut link). A forced close completes every operation
+        // outstanding on the endpoint with an error, so each transfer's flush callback runs.
+        let closed = unsafe { force_close(peer) };
+        *link = Link::Cut { closed };
+        if closed {
+            // The endpoint is gone, and with it every operation posted on it: UCX touches
+            // none of their buffers again, but it does not complete their flushes either
+            // (their callbacks' `Arc`s are leaked), so they end here.
+            for completion in peer.posted.lock().drain(..) {
+                if let Some(c) = completion.upgrade() {
+                    if c.state.load(Ordering::Acquire) == RUNNING {
+                        c.complete(UCS_ERR_CANCELED);
+                    }
+                }
+            }
+        }
+        true
+    }
+
     fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {
         // UCX cannot cancel an RMA in flight: busy until the flush has completed.
         if xfer.shared.state.load(Ordering::Acquire) == RUNNING {
@@ -507,6 +565,13 @@ impl Backend for UcxBackend {
 /// Destroys the key, closes the endpoint (progressing until UCX is done with it, bounded),
 /// then frees the error-callback state.
 fn close_peer(peer: UcxPeer) {
+    if let Link::Cut { closed } = *peer.link.read() {
+        if closed {
+            // SAFETY: the forced close finished: the error callback can no longer run.
+            drop(unsafe { Arc::from_raw(peer.health) });
+        }
+        return;
+    }
     // SAFETY: the key and endpoint are live and released once; no transfer to this peer is
     // held (the generic layer disconnects only after every transfer is released).
     unsafe {
@@ -536,5 +601,36 @@ fn close_peer(peer: UcxPeer) {
         } else {
             tracing::warn!("ucx endpoint close did not finish; its error state is leaked");
         }
+    }
+}
+
+/// Destroys the peer's key and closes its endpoint by force, progressing until UCX is done
+/// with it (bounded); returns whether the close finished.
+///
+/// # Safety
+///
+/// The key and endpoint are live, no post uses them, and neither is used again.
+unsafe fn force_close(peer: &UcxPeer) -> bool {
+    // SAFETY: per this function's contract.
+    unsafe {
+        if !peer.rkey.is_null() {
+            ucp_rkey_destroy(peer.rkey);
+        }
+        let params = ucp_request_param_t {
+            op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+            flags: UCP_EP_CLOSE_FLAG_FORCE,
+            ..Default::default()
+        };
+        let request = ucp_ep_close_nbx(peer.ep, &params);
+        if !UCS_PTR_IS_PTR(request) {
+            return true;
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while ucp_request_check_status(request) == UCS_INPROGRESS && Instant::now() < deadline {
+            peer.ucx.progress_once();
+        }
+        let closed = ucp_request_check_status(request) != UCS_INPROGRESS;
+        ucp_request_free(request);
+        closed
     }
 }

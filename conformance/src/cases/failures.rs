@@ -6,7 +6,7 @@ use blockwire::{BackendErrorKind, Error, FailureReason, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Pair, pair, wait_done, wait_for};
+use crate::support::{Pair, pair, poll_for, wait_done, wait_for};
 
 /// A state check that fails is a terminal failure with its reason, not a transfer stuck
 /// running.
@@ -62,6 +62,59 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
     plan.disconnect(false);
     plan.release_transfers();
     assert_eq!(a.backend_stats().live_transfers, 0);
+}
+
+/// The stall watchdog: transfers to a peer that complete nothing for the stall timeout (held
+/// running here) make the transport ask the backend to cut the peer; they then fail as a
+/// remote disconnect, within the timeout plus a poll, and later posts fail. With no timeout,
+/// nothing is cut.
+pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
+    let limit = Duration::from_millis(300);
+    let spec = Spec::new(4, 4096).with_stall_timeout(Some(limit));
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
+    plan.hold_transfers();
+    let ids = [
+        a.write_blocks(&peer, &[0], &[0]).expect("write"),
+        a.write_blocks(&peer, &[1], &[1]).expect("write"),
+    ];
+    let started = Instant::now();
+    let seen = wait_for(a, Some(&peer), &ids);
+    let took = started.elapsed();
+    assert!(took >= limit && took < limit * 10, "took {took:?}");
+    assert_eq!(
+        plan.peers_failed(),
+        1,
+        "the backend was asked to cut the peer once"
+    );
+    for id in ids {
+        assert!(
+            matches!(&seen[&id], Err(FailureReason::RemoteDisconnect(why)) if why.contains("no transfer")),
+            "transfer {id}: {:?}",
+            seen[&id]
+        );
+    }
+    assert!(
+        a.write_blocks(&peer, &[2], &[2]).is_err(),
+        "a post to a cut peer"
+    );
+    plan.disconnect(false);
+    plan.release_transfers();
+    assert_eq!(a.backend_stats().live_transfers, 0);
+
+    // No stall timeout: held transfers stay running, nothing is cut.
+    let spec = Spec::new(4, 4096).with_stall_timeout(None);
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
+    plan.hold_transfers();
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    let seen = poll_for(a, Some(&peer), limit * 2);
+    assert!(seen.is_empty(), "reported while held: {seen:?}");
+    assert_eq!(plan.peers_failed(), 0);
+    plan.release_transfers();
+    wait_done(a, &peer, &[id]);
 }
 
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer

@@ -60,7 +60,7 @@ pub use blockwire_core::{
     Capabilities, DescriptorError, Error, FailureReason, Op, PeerDescriptor, PeerId, PollResult,
     RegionSpan, Result, TransferId, XferState, fingerprint,
 };
-pub use options::{DEFAULT_CLOSE_TIMEOUT, TransportOptions};
+pub use options::{DEFAULT_CLOSE_TIMEOUT, DEFAULT_STALL_TIMEOUT, TransportOptions};
 pub use region::{REGION_ALIGN, Region};
 pub use registration::Registration;
 pub use transport::Transport;

@@ -7,6 +7,13 @@ use blockwire_core::BackendOptions;
 /// How long `close` waits for running transfers before it returns and leaves them to a reaper.
 pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default of [`TransportOptions::stall_timeout`].
+///
+/// ```
+/// assert_eq!(blockwire::DEFAULT_STALL_TIMEOUT, std::time::Duration::from_secs(5));
+/// ```
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Settings of a transport, whatever its backend.
 ///
 /// ```
@@ -27,6 +34,12 @@ pub struct TransportOptions {
     pub config_fields: Option<serde_json::Map<String, serde_json::Value>>,
     /// Bound on how long `close` waits for running transfers.
     pub close_timeout: Duration,
+    /// A peer with transfers in flight of which none has completed for this long is taken
+    /// for dead or unreachable: the backend is asked to cut its connection
+    /// ([`blockwire_core::Backend::fail_peer`]) and its transfers fail as a remote
+    /// disconnect; `None` waits for the library. Checked when the peer's transfers are polled
+    /// or cancelled.
+    pub stall_timeout: Option<Duration>,
     /// Backend-specific `key=value` options (see each backend's docs).
     pub backend: BackendOptions,
 }
@@ -36,6 +49,7 @@ impl Default for TransportOptions {
         TransportOptions {
             config_fields: None,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
+            stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
             backend: BackendOptions::default(),
         }
     }
@@ -54,6 +68,19 @@ impl TransportOptions {
         fields: Option<serde_json::Map<String, serde_json::Value>>,
     ) -> Self {
         self.config_fields = fields;
+        self
+    }
+
+    /// Sets the stall timeout (`None`: never cut a peer for want of progress).
+    ///
+    /// ```
+    /// # use blockwire::TransportOptions;
+    /// # use std::time::Duration;
+    /// let o = TransportOptions::default().with_stall_timeout(Some(Duration::from_secs(2)));
+    /// assert_eq!(o.stall_timeout, Some(Duration::from_secs(2)));
+    /// ```
+    pub fn with_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
         self
     }
 

@@ -145,6 +145,16 @@ pub trait Backend: Send + Sync + 'static {
         let _ = xfer;
     }
 
+    /// Cuts the connection to `peer` because no transfer to it has completed for the
+    /// transport's stall timeout (the peer may be dead, or the link cut, without the library
+    /// noticing): every transfer to it in flight must then end, failed, and later posts to it
+    /// fail. Returns whether the backend could; one that cannot (the default) leaves its
+    /// transfers to end on their own.
+    fn fail_peer(&self, peer: &Self::Peer) -> bool {
+        let _ = peer;
+        false
+    }
+
     /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.
     fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer>;
 

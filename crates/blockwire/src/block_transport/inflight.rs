@@ -76,11 +76,17 @@ pub(crate) struct Released<B: Backend> {
 impl<B: Backend> Released<B> {
     /// The id's report: a retired peer's transfers fail with `PeerRemoved` whatever the
     /// backend said.
-    fn report(&self) -> Result<(), FailureReason> {
+    fn report(&self, stall_timeout: Option<Duration>) -> Result<(), FailureReason> {
         if self.conn.is_retired() {
             return Err(FailureReason::PeerRemoved);
         }
         match &self.outcome {
+            Some(XferState::Failed(_)) if self.conn.is_stalled() => {
+                Err(FailureReason::RemoteDisconnect(format!(
+                    "no transfer to this peer completed for {:?}: the connection was cut",
+                    stall_timeout.unwrap_or_default()
+                )))
+            }
             Some(XferState::Failed(reason)) => Err(reason.clone()),
             _ => Ok(()),
         }
@@ -90,6 +96,9 @@ impl<B: Backend> Released<B> {
 struct PeerTransfers<B: Backend> {
     tracked: BTreeMap<TransferId, Tracked<B>>,
     detached: Vec<Tracked<B>>,
+    /// When a transfer of this peer last completed, or the first one was posted while none
+    /// was tracked: the stall watchdog's clock.
+    last_progress: Instant,
 }
 
 impl<B: Backend> Default for PeerTransfers<B> {
@@ -97,6 +106,7 @@ impl<B: Backend> Default for PeerTransfers<B> {
         PeerTransfers {
             tracked: BTreeMap::new(),
             detached: Vec::new(),
+            last_progress: Instant::now(),
         }
     }
 }
@@ -104,6 +114,41 @@ impl<B: Backend> Default for PeerTransfers<B> {
 impl<B: Backend> PeerTransfers<B> {
     fn is_empty(&self) -> bool {
         self.tracked.is_empty() && self.detached.is_empty()
+    }
+
+    fn insert(&mut self, id: TransferId, tracked: Tracked<B>) {
+        if self.tracked.is_empty() {
+            self.last_progress = Instant::now();
+        }
+        self.tracked.insert(id, tracked);
+    }
+
+    /// The stall watchdog: when transfers are tracked and none has completed for `limit`,
+    /// asks the backend to cut each of their connections (once per connection).
+    fn check_stall(&mut self, backend: &B, peer: &PeerId, limit: Option<Duration>) {
+        let Some(limit) = limit else {
+            return;
+        };
+        if self.tracked.is_empty() || self.last_progress.elapsed() < limit {
+            return;
+        }
+        for t in self.tracked.values() {
+            if t.conn.is_retired() || !t.conn.stall() {
+                continue;
+            }
+            let cut = t.conn.peer().is_some_and(|p| backend.fail_peer(p));
+            if cut {
+                tracing::warn!(%peer, ?limit, "no transfer completed: connection cut");
+            } else {
+                tracing::warn!(
+                    %peer,
+                    ?limit,
+                    backend = backend.kind(),
+                    "no transfer completed, and the backend cannot cut the connection: its \
+                     transfers end when the library ends them"
+                );
+            }
+        }
     }
 
     fn reap_detached(&mut self, backend: &B, released: &mut Vec<Released<B>>) {
@@ -122,6 +167,8 @@ type Shared<B> = Arc<Mutex<PeerTransfers<B>>>;
 /// stop).
 pub(crate) struct Inflight<B: Backend> {
     by_peer: RwLock<HashMap<PeerId, Shared<B>>>,
+    /// See `TransportOptions::stall_timeout`.
+    stall_timeout: Option<Duration>,
 }
 
 /// What a poll found, plus the released connections to drop outside the locks.
@@ -131,9 +178,10 @@ pub(crate) struct Drained<B: Backend> {
 }
 
 impl<B: Backend> Inflight<B> {
-    pub(crate) fn new() -> Self {
+    pub(crate) fn new(stall_timeout: Option<Duration>) -> Self {
         Inflight {
             by_peer: RwLock::new(HashMap::new()),
+            stall_timeout,
         }
     }
 
@@ -141,7 +189,7 @@ impl<B: Backend> Inflight<B> {
         {
             let map = self.by_peer.read();
             if let Some(entry) = map.get(peer) {
-                entry.lock().tracked.insert(id, tracked);
+                entry.lock().insert(id, tracked);
                 return;
             }
         }
@@ -149,7 +197,6 @@ impl<B: Backend> Inflight<B> {
         map.entry(peer.clone())
             .or_insert_with(|| Arc::new(Mutex::new(PeerTransfers::default())))
             .lock()
-            .tracked
             .insert(id, tracked);
     }
 
@@ -179,13 +226,16 @@ impl<B: Backend> Inflight<B> {
                 .iter_mut()
                 .filter_map(|(id, t)| t.observe(backend).then_some(*id))
                 .collect();
+            if !finished.is_empty() {
+                guard.last_progress = Instant::now();
+            }
             for id in finished {
                 let Some(t) = guard.tracked.remove(&id) else {
                     continue;
                 };
                 match t.try_release(backend) {
                     Ok(released) => {
-                        match released.report() {
+                        match released.report(self.stall_timeout) {
                             Ok(()) => out.result.done.push(id),
                             Err(reason) => {
                                 tracing::warn!(transfer = %id, %peer, %reason, "transfer failed");
@@ -200,6 +250,7 @@ impl<B: Backend> Inflight<B> {
                     }
                 }
             }
+            guard.check_stall(backend, &peer, self.stall_timeout);
             if guard.is_empty() {
                 emptied.push(peer);
             }
@@ -222,6 +273,10 @@ impl<B: Backend> Inflight<B> {
             .iter()
             .map(|(p, e)| (p.clone(), e.clone()))
             .collect();
+        // A caller that only cancel-waits must see a stalled peer cut too.
+        for (peer, entry) in &entries {
+            entry.lock().check_stall(backend, peer, self.stall_timeout);
+        }
         let mut still = Vec::new();
         let mut released = Vec::new();
         let mut emptied = Vec::new();

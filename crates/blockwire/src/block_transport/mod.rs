@@ -94,7 +94,7 @@ impl<B: Backend> BlockTransport<B> {
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),
             peers: Mutex::new(PeerTable::new()),
-            inflight: Inflight::new(),
+            inflight: Inflight::new(options.stall_timeout),
             next_id: AtomicU64::new(1),
             fingerprint,
             close_timeout: options.close_timeout,

@@ -16,6 +16,9 @@ pub(crate) struct PeerConn<B: Backend> {
     /// Set once the connection is unpublished (removed, replaced, closed): its transfers then
     /// report `PeerRemoved` when they stop.
     retired: AtomicBool,
+    /// Set once the stall watchdog cut the connection: its failed transfers report a remote
+    /// disconnect.
+    stalled: AtomicBool,
     peer: Option<B::Peer>,
     backend: Arc<B>,
 }
@@ -26,6 +29,7 @@ impl<B: Backend> PeerConn<B> {
             id,
             num_blocks,
             retired: AtomicBool::new(false),
+            stalled: AtomicBool::new(false),
             peer: Some(peer),
             backend,
         }
@@ -42,6 +46,15 @@ impl<B: Backend> PeerConn<B> {
 
     pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::SeqCst)
+    }
+
+    /// Marks the connection stalled; true for the first caller only.
+    pub(crate) fn stall(&self) -> bool {
+        !self.stalled.swap(true, Ordering::SeqCst)
+    }
+
+    pub(crate) fn is_stalled(&self) -> bool {
+        self.stalled.load(Ordering::SeqCst)
     }
 }
 
