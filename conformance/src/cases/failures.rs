@@ -75,11 +75,12 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
     plan.hold_transfers();
+    // The stall clock starts at the first post.
+    let started = Instant::now();
     let ids = [
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
-    let started = Instant::now();
     let seen = wait_for(a, Some(&peer), &ids);
     let took = started.elapsed();
     assert!(took >= limit && took < limit * 10, "took {took:?}");
