@@ -337,11 +337,12 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         self.inner.state(&mut xfer.inner)
     }
 
-    fn fail_peer(&self, peer: &Self::Peer) -> bool {
-        // The inner backend cuts its own connection if it can; the wrapper then acts as a
-        // remote disconnect (of every peer, as `FaultPlan::disconnect` does), so held
-        // transfers end too.
-        self.inner.fail_peer(&peer.inner);
+    fn fail_peer(&self, _peer: &Self::Peer) -> bool {
+        // The wrapper cuts by acting as a remote disconnect (of every peer, as
+        // `FaultPlan::disconnect` does), so held transfers end. The inner connection is
+        // healthy here, and is not cut: UCX 1.13 does not always finish a forced close of a
+        // healthy endpoint (LeakSanitizer saw its error-callback state and a worker flush
+        // left behind). Real cuts are tested against real dead peers (`dead_peer`).
         self.plan.0.peers_failed.fetch_add(1, Ordering::SeqCst);
         self.plan.disconnect(true);
         true
