@@ -12,7 +12,10 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends pkg-config libclang-dev libucx-dev libfabric-dev
+# g++: libFuzzer (scripts/fuzz.sh, and the fuzz crate's clippy); iproute2 and procps: the
+# two-host tests' network namespaces (ip netns, sysctl).
+$SUDO apt-get install -y -qq --no-install-recommends pkg-config libclang-dev libucx-dev libfabric-dev \
+    g++ iproute2 procps
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 runtime="$root/target/nixl-runtime"

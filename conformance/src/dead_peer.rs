@@ -4,7 +4,7 @@
 //! must be unaffected; and the peer, restarted with a new descriptor, can be added again and
 //! written to.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use blockwire::{CancelMode, FailureReason, PeerId, TransferId};
@@ -79,7 +79,7 @@ pub fn dead_peer_with(
 
     // Local blocks 0..8 are written to the victim, 8..16 read from it, 16..24 written to the
     // healthy peer (its blocks 0..8).
-    let mut to_victim: HashSet<TransferId> = HashSet::new();
+    let mut to_victim: Vec<TransferId> = Vec::new();
     let mut to_healthy: Vec<TransferId> = Vec::new();
     let mut outcomes: HashMap<TransferId, Result<(), FailureReason>> = HashMap::new();
     let record = |r: blockwire::PollResult, out: &mut HashMap<_, _>| -> Fallible<()> {
@@ -96,22 +96,18 @@ pub fn dead_peer_with(
         Ok(())
     };
     for _ in 0..4 {
-        to_victim.insert(me.write_blocks(&v, &range(0), &range(0)).map_err(err)?);
-        to_victim.insert(me.read_blocks(&v, &range(8), &range(8)).map_err(err)?);
+        to_victim.push(me.write_blocks(&v, &range(0), &range(0)).map_err(err)?);
+        to_victim.push(me.read_blocks(&v, &range(8), &range(8)).map_err(err)?);
         to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
     }
     // No poll before the kill: whatever finished meanwhile is reported as done afterwards.
     let kill_at = Instant::now();
     victim.kill()?;
-    let in_flight: Vec<TransferId> = to_victim
-        .iter()
-        .filter(|id| !outcomes.contains_key(id))
-        .copied()
-        .collect();
 
     // A post to the dead peer: refused, or accepted and then surfacing like the others.
     let mut post_after_kill_refused = false;
-    let mut watched: Vec<TransferId> = in_flight.clone();
+    let in_flight = to_victim.len();
+    let mut watched = to_victim;
     match me.write_blocks(&v, &range(0), &range(0)) {
         Ok(id) => watched.push(id),
         Err(_) => post_after_kill_refused = true,
@@ -162,7 +158,7 @@ pub fn dead_peer_with(
         std::thread::yield_now();
     }
     let mut report = DeadPeerReport {
-        in_flight_at_kill: in_flight.len(),
+        in_flight_at_kill: in_flight,
         surfaced_after: last,
         post_after_kill_refused,
         ..Default::default()

@@ -8,7 +8,6 @@
 //! `cargo test -p blockwire-conformance --features ucx,libfabric --test model [-- FILTER]`.
 //! Tests run one after another on the main thread (the leak checks count the whole process's
 //! threads and fds). Knobs: `BLOCKWIRE_MODEL_CASES` (sequences per fixture, default 24),
-//! `BLOCKWIRE_MODEL_KNOWN_ISSUES=1` (drop the allowances for known issues, if any),
 //! `PROPTEST_RNG_SEED` (replay a run: each fixture prints its seed on failure),
 //! `BLOCKWIRE_MODEL_SAVE=FILE` (write each sequence there before running it, so one that
 //! crashes the process is left behind), `BLOCKWIRE_MODEL_REPLAY=FILE` (run that sequence,
@@ -87,25 +86,15 @@ fn sequence() -> impl Strategy<Value = Vec<Op>> {
     })
 }
 
-/// Whether to run into the known issues below anyway (`BLOCKWIRE_MODEL_KNOWN_ISSUES=1`).
-fn known_issues() -> bool {
-    std::env::var("BLOCKWIRE_MODEL_KNOWN_ISSUES").is_ok_and(|v| v == "1")
-}
-
-// Known issues the model found, fixed since (an allowance kept each out of the run until then):
+// Contract violations this test found, fixed since:
 // `cancel(&[id, id], Wait)` could return an id as running and then release it (never reported);
 // `poll(None)` was not in id order; libfabric 1.17's shm provider crashed (SIGSEGV in
 // `fi_cq_read`, SIGFPE in `fi_av_insert`) or lost writes once an address-vector entry had been
-// removed. An allowance is a `fn(&mut Setup)` passed to `model_trial`; there is none today.
+// removed.
 
-/// Sixteen local blocks of `len` bytes, with the allowances (unless
-/// `BLOCKWIRE_MODEL_KNOWN_ISSUES=1`).
-fn setup(len: usize, allowances: &[fn(&mut Setup)]) -> Setup {
-    let mut setup = Setup::new(16, len);
-    if !known_issues() {
-        allowances.iter().for_each(|allow| allow(&mut setup));
-    }
-    setup
+/// Sixteen local blocks of `len` bytes.
+fn setup(len: usize) -> Setup {
+    Setup::new(16, len)
 }
 
 fn env_u32(name: &str) -> Option<u32> {
@@ -140,25 +129,17 @@ fn config() -> (Config, u64) {
 }
 
 /// One proptest over `fx`: `block_lens` are the block sizes a sequence may use (first one most
-/// often); `allowances` keep known issues out of the run (unless `BLOCKWIRE_MODEL_KNOWN_ISSUES`
-/// says otherwise).
-fn model_trial<F: Fixture>(
-    fx: F,
-    block_lens: &'static [usize],
-    allowances: &'static [fn(&mut Setup)],
-) -> Trial {
+/// often).
+fn model_trial<F: Fixture>(fx: F, block_lens: &'static [usize]) -> Trial {
     let name = format!("model::{}", fx.name());
     Trial::test(name.clone(), move || {
         let started = Instant::now();
-        if known_issues() {
-            eprintln!("{name}: BLOCKWIRE_MODEL_KNOWN_ISSUES=1: no allowance");
-        }
         for &len in block_lens {
-            model::warm_up(&fx, &setup(len, allowances))
+            model::warm_up(&fx, &setup(len))
                 .map_err(|v| Failed::from(format!("warm-up failed: {v}")))?;
         }
         if let Ok(path) = std::env::var("BLOCKWIRE_MODEL_REPLAY") {
-            return replay(&fx, &name, &path, allowances);
+            return replay(&fx, &name, &path);
         }
         let save = std::env::var("BLOCKWIRE_MODEL_SAVE").ok();
         let (config, seed) = config();
@@ -177,7 +158,7 @@ fn model_trial<F: Fixture>(
                 // Written before the run: a sequence that crashes the process stays there.
                 std::fs::write(path, listing(&name, len, &ops)).expect("writing the sequence");
             }
-            let setup = setup(len, allowances);
+            let setup = setup(len);
             let report = model::run(&fx, &setup, &ops).map_err(|v| {
                 // The operations after the failing one never ran: list the ones that did.
                 let ran = v.step.map_or(ops.len(), |s| s + 1);
@@ -222,12 +203,7 @@ fn listing(fixture: &str, len: usize, ops: &[Op]) -> String {
 }
 
 /// Runs the sequence saved at `path` (`BLOCKWIRE_MODEL_CASES` times, default once).
-fn replay<F: Fixture>(
-    fx: &F,
-    name: &str,
-    path: &str,
-    allowances: &[fn(&mut Setup)],
-) -> Result<(), Failed> {
+fn replay<F: Fixture>(fx: &F, name: &str, path: &str) -> Result<(), Failed> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
     let mut len = 4096;
     let mut ops_text = String::new();
@@ -241,7 +217,7 @@ fn replay<F: Fixture>(
         }
     }
     let ops = Op::parse_list(&ops_text)?;
-    let setup = setup(len, allowances);
+    let setup = setup(len);
     let times = env_u32("BLOCKWIRE_MODEL_CASES").unwrap_or(1);
     for i in 0..times {
         model::run(fx, &setup, &ops).map_err(|v| format!("{name}: replay {i}: {v}"))?;
@@ -268,32 +244,22 @@ fn main() {
         use blockwire_conformance::{Plain, ShmFactory};
         // 1 MiB blocks now and then, so transfers are really in flight when cancelled,
         // removed or closed.
-        trials.push(model_trial(
-            Plain(ShmFactory::default()),
-            &[4096, 1 << 20],
-            &[],
-        ));
+        trials.push(model_trial(Plain(ShmFactory::default()), &[4096, 1 << 20]));
     }
     #[cfg(feature = "ucx")]
     {
         use blockwire_conformance::{Plain, UcxFactory};
         for (name, options) in UCX_SETTINGS {
-            trials.push(model_trial(
-                Plain(UcxFactory::new(name, options)),
-                &[4096],
-                &[],
-            ));
+            trials.push(model_trial(Plain(UcxFactory::new(name, options)), &[4096]));
         }
     }
     #[cfg(feature = "libfabric")]
     {
         use blockwire_conformance::{LibfabricFactory, Plain};
         for (name, options) in LIBFABRIC_SETTINGS {
-            let allowances: &'static [fn(&mut Setup)] = &[];
             trials.push(model_trial(
                 Plain(LibfabricFactory::new(name, options)),
                 &[4096],
-                allowances,
             ));
         }
     }

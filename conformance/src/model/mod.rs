@@ -343,18 +343,6 @@ pub struct Setup {
     /// Longest wait for anything that should happen (a drain, a registration, resources
     /// settling).
     pub timeout: Duration,
-    /// Whether one `cancel` call may name the same id twice (two picks of [`Op::Cancel`]
-    /// choosing the same transfer). `true` exercises the contract as written; `false` passes
-    /// each id once, to keep a run clear of a known issue with repeated ids.
-    pub repeat_cancel_ids: bool,
-    /// Whether a connection may be made once one was dropped. `true` exercises the contract as
-    /// written; `false` keeps a run clear of a known issue: it skips every add that would drop
-    /// a connection (replace a published peer, supersede a pending registration) or follows a
-    /// remove, and settles every pending registration before a remove.
-    pub connect_after_disconnect: bool,
-    /// Whether `poll(None)` must list ids in id order, as [`PollResult`](blockwire::PollResult) documents (a
-    /// per-peer poll always must). `false` keeps a run clear of a known issue.
-    pub poll_all_in_order: bool,
 }
 
 impl Setup {
@@ -378,9 +366,6 @@ impl Setup {
             block_len,
             peers: 3,
             timeout: Duration::from_secs(15),
-            repeat_cancel_ids: true,
-            connect_after_disconnect: true,
-            poll_all_in_order: true,
         }
     }
 }
@@ -416,8 +401,7 @@ pub struct Report {
     pub refused: usize,
     /// Registration handles that resolved `Superseded`.
     pub superseded: usize,
-    /// Operations skipped: a transfer with no free block, or an add that
-    /// [`Setup::connect_after_disconnect`] rules out.
+    /// Operations skipped: a transfer with no free block.
     pub skipped: usize,
     /// Drain points (including the final one).
     pub drains: usize,

@@ -76,7 +76,6 @@ impl<'s, T: Transport> Runner<'s, T> {
                 tracked: BTreeMap::new(),
                 gone: HashMap::new(),
                 detached: HashSet::new(),
-                disconnected: false,
                 handles: Vec::new(),
                 closed: false,
             },
@@ -225,28 +224,7 @@ impl<'s, T: Transport> Runner<'s, T> {
         Ok(())
     }
 
-    /// Whether [`Setup::connect_after_disconnect`] rules out adding `peer` now; notes that an
-    /// add it allows may drop a connection.
-    pub(super) fn skip_add(&mut self, peer: usize) -> bool {
-        if self.m.closed {
-            return false;
-        }
-        let p = &self.m.peers[peer];
-        let drops = p.published.is_some() || p.pending.is_some();
-        if !self.setup.connect_after_disconnect && (drops || self.m.disconnected) {
-            self.report.skipped += 1;
-            self.trace
-                .push("  skipped: a connection is or would be dropped".into());
-            return true;
-        }
-        self.m.disconnected |= drops;
-        false
-    }
-
     pub(super) fn add(&mut self, peer: usize, remote: usize) -> Step {
-        if self.skip_add(peer) {
-            return Ok(());
-        }
         let name = self.names[peer].clone();
         let got = self.local.add_remote_peer(&name, &self.descs[remote]);
         self.trace
@@ -267,9 +245,6 @@ impl<'s, T: Transport> Runner<'s, T> {
     }
 
     pub(super) fn add_async(&mut self, peer: usize, remote: usize) -> Step {
-        if self.skip_add(peer) {
-            return Ok(());
-        }
         let name = self.names[peer].clone();
         let handle = self.local.add_remote_peer_async(&name, &self.descs[remote]);
         let what = format!("#{} ({name} -> r{remote})", self.trace.len());
@@ -300,10 +275,6 @@ impl<'s, T: Transport> Runner<'s, T> {
     }
 
     pub(super) fn remove(&mut self, peer: usize) -> Step {
-        if !self.m.closed && !self.setup.connect_after_disconnect {
-            // Every connection is made before the first one is dropped.
-            self.resolve_all()?;
-        }
         let name = self.names[peer].clone();
         let got = self.local.remove_remote_peer(&name);
         self.trace.push(format!("  remove {name}: {got:?}"));
@@ -337,9 +308,6 @@ impl<'s, T: Transport> Runner<'s, T> {
                     }
                 ));
             }
-        }
-        if got.is_ok() {
-            self.m.disconnected = true;
         }
         if let Some(c) = self.m.peers[peer].published.take() {
             self.m.conns[c].state = ConnState::Retired;
@@ -597,8 +565,7 @@ impl<'s, T: Transport> Runner<'s, T> {
         // `PollResult` lists each kind in id order.
         let ascending = |ids: &[TransferId]| ids.windows(2).all(|w| w[0] < w[1]);
         let failed: Vec<TransferId> = r.failed.iter().map(|(id, _)| *id).collect();
-        let checked = peer.is_some() || self.setup.poll_all_in_order;
-        if checked && (!ascending(&r.done) || !ascending(&failed)) {
+        if !ascending(&r.done) || !ascending(&failed) {
             return Err(format!(
                 "poll returned ids out of id order: done {:?}, failed {failed:?}",
                 r.done
@@ -686,7 +653,7 @@ impl<'s, T: Transport> Runner<'s, T> {
         let tracked: Vec<TransferId> = self.m.tracked.keys().copied().collect();
         let mut gone: Vec<TransferId> = self.m.gone.keys().copied().collect();
         gone.sort();
-        let mut ids: Vec<TransferId> = picks
+        let ids: Vec<TransferId> = picks
             .iter()
             .map(|&p| {
                 if p % 4 != 3 && !tracked.is_empty() {
@@ -698,10 +665,6 @@ impl<'s, T: Transport> Runner<'s, T> {
                 }
             })
             .collect();
-        if !self.setup.repeat_cancel_ids {
-            let mut seen = HashSet::new();
-            ids.retain(|id| seen.insert(*id));
-        }
         let got = self.local.cancel(&ids, mode);
         self.trace
             .push(format!("  cancel({ids:?}, {mode:?}): {got:?}"));

@@ -145,8 +145,6 @@ pub(super) struct Model {
     pub(super) gone: HashMap<TransferId, Gone>,
     /// Blocks touched by transfers an immediate cancel forgot: busy until the next drain.
     pub(super) detached: HashSet<(usize, BlockIndex)>,
-    /// Whether the local transport may have dropped a connection (remove, replace, supersede).
-    pub(super) disconnected: bool,
     pub(super) handles: Vec<Handle>,
     pub(super) closed: bool,
 }
