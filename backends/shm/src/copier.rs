@@ -10,14 +10,15 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
 use crate::live::LiveRegion;
-use crate::process::{self, Piece, RemoteProcess};
+use crate::process::{self, Piece};
+use blockwire_core::process::PeerProcess;
 
 /// Where a peer's region is.
 pub(crate) enum Target {
     /// In this process: direct copies while the region is pinned registered.
     Local(Arc<LiveRegion>),
     /// In another process: `process_vm_writev`/`readv`.
-    Remote(RemoteProcess),
+    Remote(PeerProcess),
 }
 
 const QUEUED: u8 = 0;

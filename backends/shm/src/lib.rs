@@ -95,9 +95,10 @@ use blockwire_core::{
 };
 
 use address::ShmAddress;
+use blockwire_core::process::PeerProcess;
 use copier::{CopyPool, Job, Progress, Target};
 use live::LiveRegion;
-use process::{MAX_PIECES, Piece, RemoteProcess};
+use process::{MAX_PIECES, Piece};
 
 /// The backend kind written in descriptors.
 ///
@@ -243,7 +244,7 @@ impl ShmBackend {
                 "copy_threads and chunk_bytes must be at least 1",
             )));
         }
-        let (pid, start_time) = process::current()
+        let (pid, start_time) = blockwire_core::process::current()
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
         let pool = CopyPool::new(threads).map_err(open_err)?;
         let live = LiveRegion::register(span);
@@ -313,7 +314,7 @@ impl ShmBackend {
         addr: ShmAddress,
         region_len: usize,
     ) -> Result<Target, BackendError> {
-        let proc = RemoteProcess::open(addr.pid, addr.start_time)?;
+        let proc = PeerProcess::open(addr.pid, Some(addr.start_time))?;
         let context = |e: BackendError| {
             BackendError::new(
                 e.kind(),

@@ -31,6 +31,7 @@ mod error;
 pub mod fingerprint;
 mod ids;
 mod options;
+pub mod process;
 mod progress;
 mod span;
 mod xfer;

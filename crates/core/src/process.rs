@@ -1,0 +1,160 @@
+//! Peer processes on this host: identity (pid plus start time) and liveness through a pidfd,
+//! for backends whose peer is a process they can name (the shm backend, libfabric's `shm`
+//! provider).
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use crate::{BackendError, BackendErrorKind};
+
+/// Start time of process `pid` in clock ticks since boot (field 22 of `/proc/<pid>/stat`):
+/// with the pid, it names one process even after the pid is reused.
+///
+/// ```
+/// let (pid, start) = blockwire_core::process::current()?;
+/// assert_eq!(blockwire_core::process::start_time(pid)?, start);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn start_time(pid: u32) -> io::Result<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    // The command name (field 2) is parenthesized and may contain anything: fields after it
+    // start after the last ')'.
+    let after = stat
+        .rfind(')')
+        .map(|i| &stat[i + 1..])
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))?;
+    after
+        .split_whitespace()
+        .nth(19)
+        .and_then(|f| f.parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "malformed stat"))
+}
+
+/// This process's pid and start time.
+///
+/// ```
+/// let (pid, _start) = blockwire_core::process::current()?;
+/// assert_eq!(pid, std::process::id());
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn current() -> io::Result<(u32, u64)> {
+    let pid = std::process::id();
+    Ok((pid, start_time(pid)?))
+}
+
+/// A peer process, pinned by a pidfd: once opened, a reused pid can no longer be mistaken for
+/// it, and [`PeerProcess::has_exited`] is one non-blocking `poll`.
+///
+/// ```
+/// use blockwire_core::process::PeerProcess;
+/// let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
+/// let peer = PeerProcess::open(child.id(), None)?;
+/// assert!(!peer.has_exited());
+/// child.kill()?;
+/// child.wait()?;
+/// assert!(peer.has_exited());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct PeerProcess {
+    pid: libc::pid_t,
+    pidfd: OwnedFd,
+}
+
+impl PeerProcess {
+    /// Opens process `pid`; with `start`, only if it is still the process that started then
+    /// (see [`start_time`]). A process that is gone, or whose pid now names another process,
+    /// is a [`BackendErrorKind::RemoteDisconnect`].
+    ///
+    /// ```
+    /// use blockwire_core::{BackendErrorKind, process::PeerProcess};
+    /// let (pid, start) = blockwire_core::process::current()?;
+    /// assert_eq!(PeerProcess::open(pid, Some(start))?.pid() as u32, pid);
+    /// let gone = PeerProcess::open(pid, Some(start + 1)).err().unwrap();
+    /// assert_eq!(gone.kind(), BackendErrorKind::RemoteDisconnect);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn open(pid: u32, start: Option<u64>) -> Result<Self, BackendError> {
+        let gone = |why: String| BackendError::new(BackendErrorKind::RemoteDisconnect, why);
+        let check = || match (start_time(pid), start) {
+            (Ok(t), Some(s)) if t != s => Err(gone(format!(
+                "process {pid} exited (its pid now names another process)"
+            ))),
+            (Ok(_), _) => Ok(()),
+            (Err(e), _) => Err(gone(format!("process {pid} is gone: {e}"))),
+        };
+        check()?;
+        let pid_t = libc::pid_t::try_from(pid).map_err(|_| {
+            BackendError::new(BackendErrorKind::MalformedAddress, "pid out of range")
+        })?;
+        // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is
+        // passed.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid_t, 0) };
+        if fd < 0 {
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::ESRCH) {
+                return Err(gone(format!("process {pid} is gone: {err}")));
+            }
+            return Err(BackendError::from_io(
+                &format!("opening process {pid}"),
+                &err,
+            ));
+        }
+        let fd = i32::try_from(fd).map_err(|_| BackendError::other("pidfd out of range"))?;
+        // SAFETY: `fd` was just returned by pidfd_open and is owned by nobody else.
+        let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The pid could have been reused between the first check and pidfd_open.
+        check()?;
+        Ok(PeerProcess { pid: pid_t, pidfd })
+    }
+
+    /// The process id.
+    ///
+    /// ```
+    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// assert_eq!(me.pid() as u32, std::process::id());
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    /// Whether the process has exited (its pidfd became readable: a zombie not yet reaped by
+    /// its parent counts as exited). Never blocks.
+    ///
+    /// ```
+    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// assert!(!me.has_exited());
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn has_exited(&self) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, timeout 0: poll only reads and writes that struct.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+    }
+}
+
+impl std::fmt::Debug for PeerProcess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerProcess")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_that_never_existed_is_a_disconnect() {
+        let err = PeerProcess::open(i32::MAX as u32 - 1, Some(1)).expect_err("no such pid");
+        assert_eq!(err.kind(), BackendErrorKind::RemoteDisconnect);
+        let err = PeerProcess::open(i32::MAX as u32 - 1, None).expect_err("no such pid");
+        assert_eq!(err.kind(), BackendErrorKind::RemoteDisconnect);
+    }
+}
