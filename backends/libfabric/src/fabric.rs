@@ -19,6 +19,9 @@ pub(crate) struct Transfer {
     pub(crate) pending: AtomicUsize,
     pub(crate) posted_all: AtomicBool,
     pub(crate) failure: Mutex<Option<FailureReason>>,
+    /// Its link was cut: no byte of it moves any more, whatever the provider still holds
+    /// (operations it never completes keep their context, and this transfer, allocated).
+    cut: AtomicBool,
 }
 
 impl Transfer {
@@ -27,6 +30,7 @@ impl Transfer {
             pending: AtomicUsize::new(0),
             posted_all: AtomicBool::new(false),
             failure: Mutex::new(None),
+            cut: AtomicBool::new(false),
         })
     }
 
@@ -34,9 +38,18 @@ impl Transfer {
         self.failure.lock().get_or_insert(why);
     }
 
-    /// Every posted operation has completed (or failed): no byte of it moves any more.
+    /// Ends the transfer as failed because its link was cut (see `Link::cut_if_safe`).
+    pub(crate) fn cut(&self, why: FailureReason) {
+        self.fail(why);
+        self.cut.store(true, Ordering::Release);
+    }
+
+    /// Every posted operation has completed (or failed), or the link was cut: no byte of it
+    /// moves any more.
     pub(crate) fn stopped(&self) -> bool {
-        self.posted_all.load(Ordering::Acquire) && self.pending.load(Ordering::Acquire) == 0
+        self.cut.load(Ordering::Acquire)
+            || (self.posted_all.load(Ordering::Acquire)
+                && self.pending.load(Ordering::Acquire) == 0)
     }
 }
 

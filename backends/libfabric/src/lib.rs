@@ -24,6 +24,17 @@
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
 //!   leaves files in `/dev/shm` when its endpoints are not closed).
+//! - **Cut** (`fail_peer`, the transport's stall watchdog): only where no byte can move any
+//!   more. On `shm` the provider copies through the target process, so a live peer is never
+//!   cut; one whose process has exited (watched through a pidfd, the pid being in its
+//!   endpoint name) is: the first post to it after it exited is refused and cuts the link,
+//!   which fails its transfers in flight. libfabric 1.17's `shm` would otherwise spin forever
+//!   in `fi_writemsg` to a peer killed while holding its region's lock. Operations the
+//!   provider never completes keep their context allocated (a few dozen bytes each) until the
+//!   process exits. `tcp;ofi_rxm` has no cut: in 1.17 `fi_av_remove` leaves the connection
+//!   running (READ data landed in the local region after it, once a cut network link came
+//!   back), so a stalled connection fails when the kernel gives up on it
+//!   (`net.ipv4.tcp_retries2`).
 //! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
 //!   `release` reports busy until every operation of the transfer has completed.
 //!
@@ -63,6 +74,7 @@
 mod address;
 mod errors;
 mod fabric;
+mod link;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -79,6 +91,7 @@ use libfabric_sys::*;
 use address::OfiAddress;
 use errors::EAGAIN;
 use fabric::{Fabric, OpContext, Settings, Transfer};
+use link::{Link, Links};
 
 /// The backend kind written in descriptors.
 ///
@@ -97,22 +110,15 @@ pub struct OfiBackend {
     span: RegionSpan,
     fabric: Arc<Fabric>,
     counts: LiveCounts,
-    /// Address-vector entries by endpoint name, with how many connected peers use each.
-    addresses: parking_lot::Mutex<std::collections::HashMap<Vec<u8>, AvEntry>>,
+    /// The remote endpoints, one address-vector entry each.
+    links: Links,
 }
 
-/// One address-vector entry.
-struct AvEntry {
-    addr: fi_addr_t,
-    peers: usize,
-}
-
-/// A connected peer: its address-vector entry and the key of its region.
+/// A connected peer: the link to its endpoint and the key of its region.
 pub struct OfiPeer {
-    fabric: Arc<Fabric>,
-    /// The endpoint name, the key of its address-vector entry.
-    name: Vec<u8>,
-    addr: fi_addr_t,
+    /// Keeps the address vector its link's entry lives in open.
+    _fabric: Arc<Fabric>,
+    link: Arc<Link>,
     key: u64,
     base: u64,
     num_blocks: u32,
@@ -184,7 +190,7 @@ impl OfiBackend {
             span,
             fabric,
             counts: LiveCounts::default(),
-            addresses: Default::default(),
+            links: Links::default(),
         })
     }
 
@@ -256,46 +262,12 @@ impl Backend for OfiBackend {
                 addr.provider, self.fabric.provider
             )));
         }
-        // One entry per endpoint name: a peer added again (replaced, or re-added after a
-        // remove) reuses it.
-        let mut addresses = self.addresses.lock();
-        let fi_addr = match addresses.get_mut(&addr.name) {
-            Some(entry) => {
-                entry.peers += 1;
-                entry.addr
-            }
-            None => {
-                let mut fi_addr: fi_addr_t = 0;
-                // SAFETY: a live address vector; `name` holds one address of the provider's
-                // length.
-                let n = unsafe {
-                    fi_av_insert(
-                        self.fabric.av,
-                        addr.name.as_ptr().cast(),
-                        1,
-                        &mut fi_addr,
-                        0,
-                        std::ptr::null_mut(),
-                    )
-                };
-                if n != 1 {
-                    return Err(bad(format!("fi_av_insert accepted {n} of 1 addresses")));
-                }
-                addresses.insert(
-                    addr.name.clone(),
-                    AvEntry {
-                        addr: fi_addr,
-                        peers: 1,
-                    },
-                );
-                fi_addr
-            }
-        };
-        drop(addresses);
+        // One link per endpoint name: a peer added again (replaced, or re-added after a
+        // remove) shares it, unless it was cut.
+        let link = self.links.acquire(&self.fabric, &addr.name)?;
         Ok(OfiPeer {
-            name: addr.name,
-            fabric: self.fabric.clone(),
-            addr: fi_addr,
+            _fabric: self.fabric.clone(),
+            link,
             key: addr.key,
             base: desc.base_addr,
             num_blocks: desc.num_blocks,
@@ -304,26 +276,8 @@ impl Backend for OfiBackend {
         })
     }
 
-    fn disconnect(&self, mut peer: OfiPeer) {
-        let mut addresses = self.addresses.lock();
-        let Some(entry) = addresses.get_mut(&peer.name) else {
-            return;
-        };
-        entry.peers = entry.peers.saturating_sub(1);
-        // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection crashes
-        // in fi_cq_read or fi_av_insert, or its writes are never completed; found by the
-        // model-based test), so its entries stay until the backend closes, for reuse.
-        if entry.peers > 0 || self.fabric.provider == "shm" {
-            return;
-        }
-        addresses.remove(&peer.name);
-        // SAFETY: a live address vector and an address inserted into it that no connected
-        // peer uses; no transfer to this peer is held (the generic layer disconnects only after
-        // every one is released).
-        let ret = unsafe { fi_av_remove(peer.fabric.av, &mut peer.addr, 1, 0) };
-        if ret != 0 {
-            tracing::debug!(error = %errors::error("fi_av_remove", ret as isize), "disconnect");
-        }
+    fn disconnect(&self, peer: OfiPeer) {
+        self.links.release(&self.fabric, &peer.link);
     }
 
     fn post(
@@ -336,8 +290,10 @@ impl Backend for OfiBackend {
         let block_len = self.span.block_len();
         // Every index is checked before the first operation is posted.
         let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
-        let transfer = Transfer::new();
         let fabric = &self.fabric;
+        // Held until every operation is posted: a cut waits for it.
+        let held = peer.link.hold()?;
+        let transfer = Transfer::new();
         for (i, pair) in pairs.iter().enumerate() {
             let roff = pair.remote;
             let iov = iovec {
@@ -356,7 +312,7 @@ impl Backend for OfiBackend {
                 msg_iov: &iov,
                 desc: desc.as_mut_ptr(),
                 iov_count: 1,
-                addr: peer.addr,
+                addr: peer.link.addr,
                 rma_iov: &rma,
                 rma_iov_count: 1,
                 context: context.cast::<c_void>(),
@@ -414,6 +370,8 @@ impl Backend for OfiBackend {
             }
         }
         transfer.posted_all.store(true, Ordering::Release);
+        held.track(&transfer);
+        drop(held);
         fabric.kick();
         Ok(OfiXfer {
             transfer,
@@ -430,6 +388,10 @@ impl Backend for OfiBackend {
             Some(why) => XferState::Failed(why),
             None => XferState::Done,
         }
+    }
+
+    fn fail_peer(&self, peer: &OfiPeer) -> bool {
+        peer.link.cut_if_safe(&self.fabric)
     }
 
     fn release(&self, xfer: OfiXfer) -> Result<(), OfiXfer> {
