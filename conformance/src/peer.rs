@@ -6,11 +6,13 @@
 //!
 //! | command | reply |
 //! |---|---|
-//! | `VERIFY <seed> <r>:<l>,...` | `OK` if block `r` holds `pattern(seed, l)` for each pair and every other block its own pattern, else `FAIL <why>` |
+//! | `VERIFY <seed> <r>:<l>,...` | `OK` if block `r` holds `pattern(seed, l)` for each pair and every other block its own pattern, else `FAIL <why>`; the list `-` names no pair |
+//! | `RESET` | `OK` once every block holds its own pattern again |
 //! | `ADD <name> <hex descriptor>` | `OK` once the peer is registered |
 //! | `WRITE <name> <l>:<r>,...` | `OK` once the write is done |
 //! | `POST <name> <l>:<r>,...` | `ID <id>` as soon as the write is posted |
-//! | `SETTLE <ms>` | waits up to `ms` for every posted write to surface: `SETTLED <done> <failed> <elapsed ms> <first failure>`, or `PENDING <n> <elapsed ms>` |
+//! | `POSTREAD <name> <l>:<r>,...` | `ID <id>` as soon as the read is posted |
+//! | `SETTLE <ms>` | waits up to `ms` for every posted write and read to surface: `SETTLED <done> <failed> <elapsed ms> <first failure>`, or `PENDING <n> <elapsed ms>` |
 //! | `DROP` | `OK` once this process gave up access rights: as root it becomes user `nobody`, otherwise it makes itself non-dumpable (so same-user processes without `CAP_SYS_PTRACE` may no longer access its memory) |
 //! | `QUIT` | closes and exits 0 |
 //!
@@ -126,7 +128,10 @@ fn serve_inner(open: Opener) -> Fallible<()> {
         match words.as_slice() {
             ["VERIFY", s, list] => {
                 let s: u8 = s.parse().map_err(|e| format!("seed: {e}"))?;
-                let written = pairs(list)?;
+                let written = match *list {
+                    "-" => Vec::new(),
+                    list => pairs(list)?,
+                };
                 let mut bad = Vec::new();
                 for i in 0..blocks {
                     let expect = match written.iter().find(|(r, _)| *r == i) {
@@ -162,13 +167,24 @@ fn serve_inner(open: Opener) -> Fallible<()> {
                 wait_done(&*t, &peer, &[id]);
                 say(&mut out, "OK")?;
             }
-            ["POST", name, list] => {
+            [op @ ("POST" | "POSTREAD"), name, list] => {
                 let (local, remote): (Vec<u32>, Vec<u32>) = pairs(list)?.into_iter().unzip();
-                let id = t
-                    .write_blocks(&PeerId::from(*name), &local, &remote)
-                    .map_err(|e| e.to_string())?;
+                let peer = PeerId::from(*name);
+                let id = match *op {
+                    "POST" => t.write_blocks(&peer, &local, &remote),
+                    _ => t.read_blocks(&peer, &local, &remote),
+                }
+                .map_err(|e| e.to_string())?;
                 posted.push(id);
                 say(&mut out, &format!("ID {id}"))?;
+            }
+            ["RESET"] => {
+                for i in 0..blocks {
+                    t.region()
+                        .write_block(i, &pattern(seed, i, len))
+                        .map_err(|e| e.to_string())?;
+                }
+                say(&mut out, "OK")?;
             }
             ["SETTLE", ms] => {
                 let ms: u64 = ms.parse().map_err(|e| format!("ms: {e}"))?;
