@@ -36,11 +36,11 @@
 //!   to settle). Backends may keep process-wide singletons: run [`warm_up`] once first.
 //!
 //! The runner takes a plain `&[Op]`; generating sequences (proptest, a fuzzer, a fixed list)
-//! is the caller's business. `conformance/tests/model.rs` runs it under proptest for every
-//! backend compiled in. A few [`Setup`] switches keep a run clear of a known issue (each is
-//! `true`, the contract as written, in [`Setup::new`]). A violation names the failing step,
-//! what was observed and expected, and the runner's trace of every call; [`Op::parse_list`]
-//! reads a sequence back from its `Debug` lines to replay it.
+//! is the caller's business. [`random`] generates them with proptest, one `libtest` trial per
+//! fixture: `conformance/tests/model.rs` runs it for every backend compiled in but nixl, and
+//! `backends/nixl/tests/nixl_model.rs` for nixl (its own process, like its suite). A violation
+//! names the failing step, what was observed and expected, and the runner's trace of every
+//! call; [`Op::parse_list`] reads a sequence back from its `Debug` lines to replay it.
 //!
 //! ```
 //! use blockwire_conformance::model::{self, Dir, Op, Setup};
@@ -66,6 +66,7 @@ use blockwire_core::{CancelMode, Op as XferOp};
 
 use crate::fixture::{Fixture, Spec};
 
+pub mod random;
 mod resources;
 mod runner;
 mod state;
