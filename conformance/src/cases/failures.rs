@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{BackendErrorKind, Error, FailureReason, Transport};
+use blockwire::{BackendErrorKind, CancelMode, Error, FailureReason, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
@@ -116,6 +116,34 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     assert_eq!(plan.peers_failed(), 0);
     plan.release_transfers();
     wait_done(a, &peer, &[id]);
+}
+
+/// The stall watchdog counts what the backend finished, polled or not: a peer whose
+/// transfers finished while the caller only cancel-waited on others is not cut (it was, and
+/// a healthy peer lost its connection in the dead-peer test under load).
+pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
+    let limit = Duration::from_millis(300);
+    let spec = Spec::new(4, 4096).with_stall_timeout(Some(limit));
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    // Long past the timeout, and long enough for one 4 KiB write to finish on any backend;
+    // nobody polls meanwhile.
+    std::thread::sleep(limit * 4);
+    // A cancel-wait that names no transfer of this peer runs the watchdog over every peer.
+    assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
+    assert_eq!(
+        plan.peers_failed(),
+        0,
+        "a peer whose transfer finished was cut"
+    );
+    let seen = wait_for(a, Some(&peer), &[id]);
+    assert!(matches!(seen[&id], Ok(())), "{seen:?}");
+    let again = a
+        .write_blocks(&peer, &[1], &[1])
+        .expect("a post after the check");
+    wait_done(a, &peer, &[again]);
 }
 
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer

@@ -123,7 +123,7 @@ impl<B: Backend> PeerTransfers<B> {
         self.tracked.insert(id, tracked);
     }
 
-    /// The stall watchdog: when transfers are tracked and none has completed for `limit`,
+    /// The stall watchdog: when transfers are running and none has completed for `limit`,
     /// asks the backend to cut each of their connections (once per connection).
     fn check_stall(&mut self, backend: &B, peer: &PeerId, limit: Option<Duration>) {
         let Some(limit) = limit else {
@@ -132,8 +132,24 @@ impl<B: Backend> PeerTransfers<B> {
         if self.tracked.is_empty() || self.last_progress.elapsed() < limit {
             return;
         }
+        // What the backend finished counts, polled or not: a caller may be cancel-waiting on
+        // another peer only.
+        let mut running = false;
+        for t in self.tracked.values_mut() {
+            let seen = t.outcome.is_some();
+            if t.observe(backend) {
+                if !seen {
+                    self.last_progress = Instant::now();
+                }
+            } else {
+                running = true;
+            }
+        }
+        if !running || self.last_progress.elapsed() < limit {
+            return;
+        }
         for t in self.tracked.values() {
-            if t.conn.is_retired() || !t.conn.stall() {
+            if t.outcome.is_some() || t.conn.is_retired() || !t.conn.stall() {
                 continue;
             }
             let cut = t.conn.peer().is_some_and(|p| backend.fail_peer(p));
