@@ -63,42 +63,6 @@ pub fn dead_peer_with(
     opts: &str,
     bound: Duration,
 ) -> Fallible<DeadPeerReport> {
-    check(open, exe, backend, opts, bound, true)
-}
-
-/// The dead-peer check with the killed peer as the only peer, and no restart: for a backend
-/// setting where a peer killed mid-transfer blocks this transport's other completions
-/// (libfabric 1.17's `shm` provider completes operations in order, from one response queue),
-/// it checks what still holds: posts to the dead peer do not hang, its transfers surface
-/// within `bound` and cancel-wait drains.
-///
-/// ```no_run
-/// use blockwire_conformance::{dead_peer::dead_peer_alone_with, peer::open_any};
-/// fn main() -> Result<(), String> {
-///     let r = dead_peer_alone_with(open_any, "target/debug/blockwire-peer", "libfabric",
-///                                  "provider=shm", std::time::Duration::from_secs(10))?;
-///     assert!(r.surfaced_after < std::time::Duration::from_secs(10));
-///     Ok(())
-/// }
-/// ```
-pub fn dead_peer_alone_with(
-    open: Opener,
-    exe: &str,
-    backend: &str,
-    opts: &str,
-    bound: Duration,
-) -> Fallible<DeadPeerReport> {
-    check(open, exe, backend, opts, bound, false)
-}
-
-fn check(
-    open: Opener,
-    exe: &str,
-    backend: &str,
-    opts: &str,
-    bound: Duration,
-    others: bool,
-) -> Fallible<DeadPeerReport> {
     let err = |e: blockwire::Error| e.to_string();
     let me = open(backend, BLOCKS, LEN, opts)?;
     for i in 0..BLOCKS {
@@ -108,15 +72,10 @@ fn check(
     }
     let detects = me.capabilities().remote_disconnect;
     let mut victim = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
-    let mut healthy = match others {
-        true => Some(PeerProcess::spawn(exe, backend, BLOCKS, LEN, 3, opts)?),
-        false => None,
-    };
+    let mut healthy = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
     let (v, h) = (PeerId::from("victim"), PeerId::from("healthy"));
     me.add_remote_peer(&v, &victim.descriptor).map_err(err)?;
-    if let Some(healthy) = &healthy {
-        me.add_remote_peer(&h, &healthy.descriptor).map_err(err)?;
-    }
+    me.add_remote_peer(&h, &healthy.descriptor).map_err(err)?;
 
     // Local blocks 0..8 are written to the victim, 8..16 read from it, 16..24 written to the
     // healthy peer (its blocks 0..8).
@@ -139,9 +98,7 @@ fn check(
     for _ in 0..4 {
         to_victim.push(me.write_blocks(&v, &range(0), &range(0)).map_err(err)?);
         to_victim.push(me.read_blocks(&v, &range(8), &range(8)).map_err(err)?);
-        if others {
-            to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
-        }
+        to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
     }
     // No poll before the kill: whatever finished meanwhile is reported as done afterwards.
     let kill_at = Instant::now();
@@ -242,10 +199,6 @@ fn check(
             ));
         }
     }
-    let Some(mut healthy) = healthy.take() else {
-        me.close().map_err(err)?;
-        return Ok(report);
-    };
     let pairs: Vec<String> = (0..BATCH).map(|i| format!("{i}:{}", 16 + i)).collect();
     let reply = healthy.command(&format!("VERIFY 1 {}", pairs.join(",")))?;
     if reply != "OK" {

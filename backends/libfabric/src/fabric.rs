@@ -12,6 +12,7 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason, ProgressThre
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
+use crate::endpoint::PeerQueues;
 use crate::errors::{EAVAIL, check, error, reason};
 
 /// One transfer: its posted operations not yet completed, and the first failure.
@@ -79,9 +80,11 @@ pub(crate) struct Settings {
     pub(crate) idle_sleep: Duration,
     /// Block on the completion queue's wait object where the provider offers one.
     pub(crate) wait: bool,
+    /// Post to each peer through an endpoint of its own (see `crate::endpoint`).
+    pub(crate) endpoint_per_peer: bool,
 }
 
-struct Raw(*mut fid_cq);
+pub(crate) struct Raw(pub(crate) *mut fid_cq);
 // SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
 unsafe impl Send for Raw {}
 // SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
@@ -91,8 +94,10 @@ unsafe impl Sync for Raw {}
 /// `Arc` of it).
 pub(crate) struct Fabric {
     info: *mut fi_info,
+    /// The entry of `info` in use (freed with it).
+    pub(crate) chosen: *mut fi_info,
     fabric: *mut fid_fabric,
-    domain: *mut fid_domain,
+    pub(crate) domain: *mut fid_domain,
     pub(crate) ep: *mut fid_ep,
     cq: *mut fid_cq,
     pub(crate) av: *mut fid_av,
@@ -108,6 +113,12 @@ pub(crate) struct Fabric {
     progress: Option<ProgressThread>,
     /// The completion queue has a wait object (the progress thread blocks on it).
     waitable: bool,
+    /// Registrations are bound to an endpoint (`FI_MR_ENDPOINT`).
+    pub(crate) mr_endpoint: bool,
+    /// See `Settings::endpoint_per_peer`.
+    pub(crate) endpoint_per_peer: bool,
+    /// The completion queues of the peers' own endpoints, read by the progress thread too.
+    pub(crate) peer_queues: Arc<PeerQueues>,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
@@ -132,6 +143,7 @@ impl Fabric {
     pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Fabric>, BackendError> {
         let mut f = Fabric {
             info: ptr::null_mut(),
+            chosen: ptr::null_mut(),
             fabric: ptr::null_mut(),
             domain: ptr::null_mut(),
             ep: ptr::null_mut(),
@@ -146,6 +158,9 @@ impl Fabric {
             attributes: String::new(),
             progress: None,
             waitable: false,
+            mr_endpoint: false,
+            endpoint_per_peer: settings.endpoint_per_peer,
+            peer_queues: Arc::default(),
         };
         // From here on, `f`'s Drop closes whatever was opened.
         // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
@@ -223,6 +238,7 @@ impl Fabric {
                     ));
                 }
             }
+            f.chosen = info;
             f.provider = CStr::from_ptr((*(*info).fabric_attr).prov_name)
                 .to_string_lossy()
                 .into_owned();
@@ -328,13 +344,21 @@ impl Fabric {
                 ),
             )?;
             if mr_mode & FI_MR_ENDPOINT != 0 {
+                f.mr_endpoint = true;
                 check("fi_mr_bind", fi_mr_bind(f.mr, &mut (*f.ep).fid, 0))?;
                 check("fi_mr_enable", fi_mr_enable(f.mr))?;
             }
             f.key = fi_mr_key(f.mr);
             f.desc = fi_mr_desc(f.mr);
         }
+        if f.endpoint_per_peer && f.waitable {
+            return Err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                "endpoint_per_peer needs a polling progress thread: set wait=false",
+            ));
+        }
         let cq = Raw(f.cq);
+        let peers = f.peer_queues.clone();
         let thread = if f.waitable {
             let wake = Raw(f.cq);
             ProgressThread::spawn_waiting(
@@ -355,7 +379,7 @@ impl Fabric {
             ProgressThread::spawn("ofi", settings.idle_sleep, move || {
                 let cq = &cq;
                 // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
-                unsafe { poll_cq(cq.0) }
+                unsafe { poll_cq(cq.0) + peers.poll() }
             })
         }
         .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
@@ -366,7 +390,7 @@ impl Fabric {
     /// Reads completions once and dispatches them; returns how many were handled.
     pub(crate) fn poll_cq(&self) -> usize {
         // SAFETY: a live, thread-safe completion queue.
-        unsafe { poll_cq(self.cq) }
+        unsafe { poll_cq(self.cq) + self.peer_queues.poll() }
     }
 
     /// Wakes the progress thread.
@@ -382,7 +406,7 @@ impl Fabric {
 /// # Safety
 ///
 /// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
-unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
+pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
     let mut entries = [fi_cq_entry::default(); 16];
     // SAFETY: `entries` holds 16 context-format entries.
     let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
@@ -468,7 +492,7 @@ unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
     op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
 }
 
-fn close(what: &str, fid: *mut fid) {
+pub(crate) fn close(what: &str, fid: *mut fid) {
     if fid.is_null() {
         return;
     }

@@ -24,6 +24,12 @@
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
 //!   leaves files in `/dev/shm` when its endpoints are not closed).
+//! - **Endpoints**: one RDM endpoint receives (its name is in the descriptor); posts go
+//!   through it too, or, with `endpoint_per_peer` (the default on `shm`), through an
+//!   endpoint of each peer's own, with its own completion queue and address vector, read by
+//!   the same progress thread. libfabric 1.17's `shm` completes a sender's operations in order
+//!   from one response queue per endpoint: on a shared endpoint, a peer killed while owing a
+//!   response blocks every later completion, to every peer; on its own, only its own.
 //! - **Cut** (`fail_peer`, the transport's stall watchdog): only where no byte can move any
 //!   more. On `shm` the provider copies through the target process, so a live peer is never
 //!   cut; one whose process has exited (watched through a pidfd, the pid being in its
@@ -45,6 +51,7 @@
 //! | `provider` | `tcp` | `shm`, `tcp` (`tcp;ofi_rxm`), `net`, or any provider name `fi_info` lists |
 //! | `domain` | the provider's first | the domain (for `tcp`/`net`: the interface, e.g. `lo`) |
 //! | `wait` | `true` but on `shm` | block on the completion queue's wait object where the provider has one |
+//! | `endpoint_per_peer` | `true` on `shm` | post to each peer through an endpoint of its own (see **Endpoints**; needs `wait=false`) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
 //!
 //! ```
@@ -72,6 +79,7 @@
 //! ```
 
 mod address;
+mod endpoint;
 mod errors;
 mod fabric;
 mod link;
@@ -177,12 +185,18 @@ impl OfiBackend {
             // shm: its sread slowed posts (submit 0.2 to 3 ms against 15 to 140 us polling)
             // for no gain in GB/s; tcp: waiting is what lets a passive target keep up.
             .unwrap_or(provider != "shm");
+        let endpoint_per_peer = options
+            .take::<bool>("endpoint_per_peer")
+            .map_err(open_err)?
+            // shm: a peer that dies owing a response blocks its endpoint's completions.
+            .unwrap_or(provider == "shm");
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
             provider,
             domain,
             idle_sleep,
             wait,
+            endpoint_per_peer,
         };
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
         tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
@@ -293,6 +307,7 @@ impl Backend for OfiBackend {
         let fabric = &self.fabric;
         // Held until every operation is posted: a cut waits for it.
         let held = peer.link.hold()?;
+        let ep = peer.link.ep(fabric);
         let transfer = Transfer::new();
         for (i, pair) in pairs.iter().enumerate() {
             let roff = pair.remote;
@@ -327,12 +342,10 @@ impl Backend for OfiBackend {
                 // peer's registered region (index checked, size validated in its descriptor).
                 let ret = unsafe {
                     match op {
-                        Op::Write => fi_writemsg(
-                            fabric.ep,
-                            &msg,
-                            (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64,
-                        ),
-                        Op::Read => fi_readmsg(fabric.ep, &msg, FI_COMPLETION as u64),
+                        Op::Write => {
+                            fi_writemsg(ep, &msg, (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64)
+                        }
+                        Op::Read => fi_readmsg(ep, &msg, FI_COMPLETION as u64),
                     }
                 };
                 if ret != EAGAIN || Instant::now() > deadline {

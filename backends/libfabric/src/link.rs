@@ -10,6 +10,7 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason};
 use libfabric_sys::*;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+use crate::endpoint::Endpoint;
 use crate::errors;
 use crate::fabric::{Fabric, Transfer};
 
@@ -27,6 +28,8 @@ pub(crate) struct Link {
     transfers: Mutex<Vec<Weak<Transfer>>>,
     /// The `shm` provider's peer process, when its endpoint name gives the pid.
     process: Option<PeerProcess>,
+    /// This peer's own endpoint (`endpoint_per_peer`); else posts use the backend's.
+    endpoint: Option<Endpoint>,
 }
 
 /// A post's hold on a link that is not cut (see [`Link::hold`]).
@@ -54,6 +57,11 @@ fn shm_pid(name: &[u8]) -> Option<u32> {
 }
 
 impl Link {
+    /// The endpoint posts to this peer go through.
+    pub(crate) fn ep(&self, fabric: &Fabric) -> *mut fid_ep {
+        self.endpoint.as_ref().map_or(fabric.ep, |e| e.ep)
+    }
+
     /// Holds the link for a post: refused once cut, and cut here if its `shm` peer process
     /// has exited (the provider would spin forever on a lock the dead process held).
     pub(crate) fn hold(&self) -> Result<Held<'_>, BackendError> {
@@ -134,7 +142,11 @@ pub(crate) struct Links {
 impl Links {
     /// The link to endpoint `name`, shared with other peers that name it, or a new one (a cut
     /// link is never reused).
-    pub(crate) fn acquire(&self, fabric: &Fabric, name: &[u8]) -> Result<Arc<Link>, BackendError> {
+    pub(crate) fn acquire(
+        &self,
+        fabric: &Arc<Fabric>,
+        name: &[u8],
+    ) -> Result<Arc<Link>, BackendError> {
         let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
         let shm = fabric.provider == "shm";
         let mut by_name = self.by_name.lock();
@@ -154,28 +166,35 @@ impl Links {
         } else {
             None
         };
-        let addr = match previous {
-            // shm keeps entries (see `release`): the cut one's is reused.
-            Some(cut) if shm => cut.addr,
-            _ => {
-                let mut addr: fi_addr_t = 0;
-                // SAFETY: a live address vector; `name` holds one address of the provider's
-                // length.
-                let n = unsafe {
-                    fi_av_insert(
-                        fabric.av,
-                        name.as_ptr().cast(),
-                        1,
-                        &mut addr,
-                        0,
-                        std::ptr::null_mut(),
-                    )
-                };
-                if n != 1 {
-                    return Err(bad(format!("fi_av_insert accepted {n} of 1 addresses")));
-                }
-                addr
+        let endpoint = match fabric.endpoint_per_peer {
+            true => Some(Endpoint::open(fabric)?),
+            false => None,
+        };
+        let insert = |av: *mut fid_av| {
+            let mut addr: fi_addr_t = 0;
+            // SAFETY: a live address vector; `name` holds one address of the provider's
+            // length.
+            let n = unsafe {
+                fi_av_insert(
+                    av,
+                    name.as_ptr().cast(),
+                    1,
+                    &mut addr,
+                    0,
+                    std::ptr::null_mut(),
+                )
+            };
+            match n {
+                1 => Ok(addr),
+                n => Err(bad(format!("fi_av_insert accepted {n} of 1 addresses"))),
             }
+        };
+        let addr = match (&endpoint, previous) {
+            // The peer's own address vector, closed with its endpoint.
+            (Some(endpoint), _) => insert(endpoint.av)?,
+            // shm keeps entries in the shared vector (see `release`): the cut one's is reused.
+            (None, Some(cut)) if shm => cut.addr,
+            (None, _) => insert(fabric.av)?,
         };
         let link = Arc::new(Link {
             addr,
@@ -184,6 +203,7 @@ impl Links {
             peers: AtomicUsize::new(1),
             transfers: Mutex::new(Vec::new()),
             process,
+            endpoint,
         });
         by_name.insert(name.to_vec(), link.clone());
         Ok(link)
@@ -208,7 +228,9 @@ impl Links {
             }
             by_name.remove(&link.name);
         }
-        if fabric.provider == "shm" {
+        if fabric.provider == "shm" || link.endpoint.is_some() {
+            // Kept (see above), or in the peer's own address vector, closed with its
+            // endpoint.
             return;
         }
         let mut addr = link.addr;
