@@ -12,17 +12,17 @@
 //! after `net.ipv4.tcp_retries2` retransmissions (15 by default: many minutes). blockwire's
 //! bound is its stall watchdog (`TransportOptions::stall_timeout`, 5 s by default), which cuts
 //! the connection through `Backend::fail_peer` where the backend can do so without bytes
-//! moving afterwards: ucx can (a forced endpoint close), so its namespaces keep the kernel's
-//! default. libfabric 1.17's `tcp;ofi_rxm` and NIXL cannot (their only cuts, `fi_av_remove`
-//! and `invalidate_remote_md`, report the transfers failed while READ data still lands in the
-//! local region once the link is back: this test found it), so theirs set `tcp_retries2` to 3
-//! (about 3 s here), which is what a deployment that wants a bounded failure does for its
-//! data-path network.
+//! landing afterwards: ucx can (a forced endpoint close), libfabric can (closing the peer's
+//! own endpoint), so their namespaces keep the kernel's default. NIXL cannot (its only cut,
+//! `invalidate_remote_md`, reports the transfers failed while READ data still lands in the
+//! local region once the link is back: this test found it, as it found `fi_av_remove` to be
+//! no cut for libfabric), so its namespaces set `tcp_retries2` to 3 (about 3 s here), which
+//! is what a deployment that wants a bounded failure does for its data-path network.
 //!
 //! What a cut cannot stop: data the initiator's kernel had queued on the connection's socket.
-//! UCX's forced close leaves that socket to the kernel, which delivers the queued bytes of
-//! WRITEs to the target when the link comes back, after the initiator saw them fail. The
-//! target check says so for ucx instead of failing; see `SECURITY.md`.
+//! A closed socket's queue is still delivered, so once the link comes back WRITE data reaches
+//! the target after the initiator saw the WRITE fail. The target check says so for ucx and
+//! libfabric instead of failing; see `SECURITY.md`.
 
 #![cfg(any(feature = "ucx", feature = "libfabric", feature = "nixl"))]
 
@@ -275,8 +275,8 @@ fn libfabric_tcp_two_hosts() {
         backend: "libfabric",
         env: &|_| Vec::new(),
         opts: &|dev| format!("provider=tcp,domain={dev}"),
-        tcp_retries2: Some(3),
-        late_writes_at_target: false,
+        tcp_retries2: None,
+        late_writes_at_target: true,
     })
     .expect("libfabric over tcp between two namespaces");
 }

@@ -12,8 +12,8 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason, ProgressThre
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
-use crate::endpoint::PeerQueues;
 use crate::errors::{EAVAIL, check, error, reason};
+use crate::queues::PeerQueues;
 
 /// One transfer: its posted operations not yet completed, and the first failure.
 pub(crate) struct Transfer {
@@ -80,11 +80,16 @@ pub(crate) struct Settings {
     pub(crate) idle_sleep: Duration,
     /// Block on the completion queue's wait object where the provider offers one.
     pub(crate) wait: bool,
-    /// Post to each peer through an endpoint of its own (see `crate::endpoint`).
-    pub(crate) endpoint_per_peer: bool,
+    /// Post to each peer through an endpoint of its own (see `crate::endpoint`); `None`:
+    /// wherever the provider allows it.
+    pub(crate) endpoint_per_peer: Option<bool>,
 }
 
 pub(crate) struct Raw(pub(crate) *mut fid_cq);
+
+struct RawFabric(*mut fid_fabric);
+// SAFETY: the fabric of an FI_THREAD_SAFE domain; the pointer is an address.
+unsafe impl Send for RawFabric {}
 // SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
 unsafe impl Send for Raw {}
 // SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
@@ -99,7 +104,7 @@ pub(crate) struct Fabric {
     fabric: *mut fid_fabric,
     pub(crate) domain: *mut fid_domain,
     pub(crate) ep: *mut fid_ep,
-    cq: *mut fid_cq,
+    pub(crate) cq: *mut fid_cq,
     pub(crate) av: *mut fid_av,
     mr: *mut fid_mr,
     /// Local descriptor of the region's registration (`FI_MR_LOCAL`), or null.
@@ -118,6 +123,7 @@ pub(crate) struct Fabric {
     /// See `Settings::endpoint_per_peer`.
     pub(crate) endpoint_per_peer: bool,
     /// The completion queues of the peers' own endpoints, read by the progress thread too.
+    /// Set once the backend's queue is open.
     pub(crate) peer_queues: Arc<PeerQueues>,
 }
 
@@ -159,8 +165,8 @@ impl Fabric {
             progress: None,
             waitable: false,
             mr_endpoint: false,
-            endpoint_per_peer: settings.endpoint_per_peer,
-            peer_queues: Arc::default(),
+            endpoint_per_peer: false,
+            peer_queues: Arc::new(PeerQueues::empty()),
         };
         // From here on, `f`'s Drop closes whatever was opened.
         // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
@@ -288,8 +294,10 @@ impl Fabric {
             let mut cq_attr = fi_cq_attr {
                 format: FI_CQ_FORMAT_CONTEXT,
                 size: 4096,
+                // A file descriptor: the progress thread waits on it with those of the peers'
+                // own queues (`crate::queues`).
                 wait_obj: if settings.wait {
-                    FI_WAIT_UNSPEC
+                    FI_WAIT_FD
                 } else {
                     FI_WAIT_NONE
                 },
@@ -306,6 +314,7 @@ impl Fabric {
                 opened = fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut());
             }
             check("fi_cq_open", opened)?;
+            f.peer_queues = Arc::new(PeerQueues::new(f.cq, f.waitable)?);
             let mut av_attr = fi_av_attr {
                 type_: FI_AV_TABLE,
                 ..Default::default()
@@ -351,23 +360,32 @@ impl Fabric {
             f.key = fi_mr_key(f.mr);
             f.desc = fi_mr_desc(f.mr);
         }
-        if f.endpoint_per_peer && f.waitable {
-            return Err(BackendError::new(
-                BackendErrorKind::InvalidOption,
-                "endpoint_per_peer needs a polling progress thread: set wait=false",
-            ));
-        }
+        f.endpoint_per_peer = match settings.endpoint_per_peer {
+            Some(true) if f.mr_endpoint => {
+                return Err(BackendError::new(
+                    BackendErrorKind::InvalidOption,
+                    format!(
+                        "provider {} binds registrations to an endpoint (FI_MR_ENDPOINT): \
+                         endpoint_per_peer is not supported",
+                        f.provider
+                    ),
+                ));
+            }
+            Some(per_peer) => per_peer,
+            None => !f.mr_endpoint,
+        };
         let cq = Raw(f.cq);
         let peers = f.peer_queues.clone();
         let thread = if f.waitable {
             let wake = Raw(f.cq);
+            let fabric = RawFabric(f.fabric);
             ProgressThread::spawn_waiting(
                 "ofi",
                 move || {
-                    let cq = &cq;
-                    // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins
-                    // it first.
-                    unsafe { wait_cq(cq.0) };
+                    let (cq, fabric) = (&cq, &fabric);
+                    // SAFETY: the fabric and queue outlive this thread: `Fabric::drop` stops
+                    // and joins it first; the queues wait (`waitable`).
+                    unsafe { peers.wait(fabric.0, cq.0) };
                 },
                 move || {
                     let cq = &wake;
@@ -410,31 +428,6 @@ pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
     let mut entries = [fi_cq_entry::default(); 16];
     // SAFETY: `entries` holds 16 context-format entries.
     let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
-    // SAFETY: per this function's contract.
-    unsafe { dispatch(cq, n, &entries) }
-}
-
-/// How long the progress thread blocks in `fi_cq_sread` at most (stop wakes it at once).
-const WAIT_MS: i32 = 100;
-
-/// Blocks until completions arrive (the provider progresses meanwhile), up to [`WAIT_MS`],
-/// and completes their operations.
-///
-/// # Safety
-///
-/// As for [`poll_cq`]; the queue has a wait object.
-unsafe fn wait_cq(cq: *mut fid_cq) -> usize {
-    let mut entries = [fi_cq_entry::default(); 16];
-    // SAFETY: `entries` holds 16 context-format entries; no source-address condition.
-    let n = unsafe {
-        fi_cq_sread(
-            cq,
-            entries.as_mut_ptr().cast(),
-            entries.len(),
-            ptr::null(),
-            WAIT_MS,
-        )
-    };
     // SAFETY: per this function's contract.
     unsafe { dispatch(cq, n, &entries) }
 }

@@ -15,7 +15,8 @@
 //! - **Progress**: `tcp`, `net` and `shm` use manual data progress, so a thread of the backend
 //!   drives it: a passive peer that never polls still receives writes. Where the provider
 //!   gives the completion queue a wait object (`tcp`, `net`), the thread blocks in
-//!   `fi_cq_sread`, which progresses and wakes as soon as the sockets have data. Otherwise, or
+//!   `epoll_wait` on the wait fds of every queue (the backend's and the peers'), after
+//!   `fi_trywait`, and wakes as soon as the sockets have data. Otherwise, or
 //!   with `wait=false` (the default on `shm`, where waiting slowed posts down), it reads the
 //!   queue, spinning while there is work and backing off to `idle_sleep_us` when idle, woken by
 //!   each post. A target's incoming writes produce no completion, so a polling thread cannot
@@ -24,23 +25,27 @@
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
 //!   leaves files in `/dev/shm` when its endpoints are not closed).
-//! - **Endpoints**: one RDM endpoint receives (its name is in the descriptor); posts go
-//!   through it too, or, with `endpoint_per_peer` (the default on `shm`), through an
-//!   endpoint of each peer's own, with its own completion queue and address vector, read by
-//!   the same progress thread. libfabric 1.17's `shm` completes a sender's operations in order
-//!   from one response queue per endpoint: on a shared endpoint, a peer killed while owing a
-//!   response blocks every later completion, to every peer; on its own, only its own.
-//! - **Cut** (`fail_peer`, the transport's stall watchdog): only where no byte can move any
-//!   more. On `shm` the provider copies through the target process, so a live peer is never
-//!   cut; one whose process has exited (watched through a pidfd, the pid being in its
-//!   endpoint name) is: the first post to it after it exited is refused and cuts the link,
-//!   which fails its transfers in flight. libfabric 1.17's `shm` would otherwise spin forever
-//!   in `fi_writemsg` to a peer killed while holding its region's lock. Operations the
-//!   provider never completes keep their context allocated (a few dozen bytes each) until the
-//!   process exits. `tcp;ofi_rxm` has no cut: in 1.17 `fi_av_remove` leaves the connection
-//!   running (READ data landed in the local region after it, once a cut network link came
-//!   back), so a stalled connection fails when the kernel gives up on it
-//!   (`net.ipv4.tcp_retries2`).
+//! - **Endpoints**: one RDM endpoint receives (its name is in the descriptor). Posts go
+//!   through an endpoint of each peer's own (`endpoint_per_peer`, the default wherever the
+//!   provider does not bind registrations to endpoints), with its own completion queue and
+//!   address vector, served by the same progress thread. Two reasons: libfabric 1.17's `shm`
+//!   completes a sender's operations in order from one response queue per endpoint, so on a
+//!   shared endpoint a peer killed while owing a response blocks every later completion, to
+//!   every peer; and closing a peer's endpoint is the only safe cut of its connection (below).
+//!   The cost is opening the endpoint when the peer is added: about 20 us on `shm`, 7 to 50 ms
+//!   on `tcp` (`ofi_rxm`'s `fi_enable`). With `endpoint_per_peer=false` posts go through the
+//!   receiving endpoint, adding a peer is one `fi_av_insert`, and nothing can be cut.
+//! - **Cut** (`fail_peer`, the transport's stall watchdog): only where no byte can land in the
+//!   local region afterwards. On `tcp`/`net`, the peer's endpoint is closed, which closes its
+//!   connections (data arriving for them is refused by the kernel); `fi_av_remove` is no cut:
+//!   in 1.17 the connection goes on, and READ data landed in the local region after it once a
+//!   cut network link came back (`conformance/tests/two_hosts.rs`). On `shm` the provider
+//!   copies through the target process, so a live peer is never cut; one whose process has
+//!   exited (watched through a pidfd, the pid being in its endpoint name) is: the first post
+//!   to it after it exited is refused and cuts the link, which fails its transfers in flight.
+//!   libfabric 1.17's `shm` would otherwise spin forever in `fi_writemsg` to a peer killed
+//!   while holding its region's lock. Operations the provider never completes keep their
+//!   context allocated (a few dozen bytes each) until the process exits.
 //! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
 //!   `release` reports busy until every operation of the transfer has completed.
 //!
@@ -51,7 +56,7 @@
 //! | `provider` | `tcp` | `shm`, `tcp` (`tcp;ofi_rxm`), `net`, or any provider name `fi_info` lists |
 //! | `domain` | the provider's first | the domain (for `tcp`/`net`: the interface, e.g. `lo`) |
 //! | `wait` | `true` but on `shm` | block on the completion queue's wait object where the provider has one |
-//! | `endpoint_per_peer` | `true` on `shm` | post to each peer through an endpoint of its own (see **Endpoints**; needs `wait=false`) |
+//! | `endpoint_per_peer` | `true` unless the provider binds registrations to endpoints | post to each peer through an endpoint of its own (see **Endpoints**) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
 //!
 //! ```
@@ -83,6 +88,7 @@ mod endpoint;
 mod errors;
 mod fabric;
 mod link;
+mod queues;
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -187,9 +193,7 @@ impl OfiBackend {
             .unwrap_or(provider != "shm");
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
-            .map_err(open_err)?
-            // shm: a peer that dies owing a response blocks its endpoint's completions.
-            .unwrap_or(provider == "shm");
+            .map_err(open_err)?;
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
             provider,
@@ -307,7 +311,7 @@ impl Backend for OfiBackend {
         let fabric = &self.fabric;
         // Held until every operation is posted: a cut waits for it.
         let held = peer.link.hold()?;
-        let ep = peer.link.ep(fabric);
+        let ep = held.ep(fabric);
         let transfer = Transfer::new();
         for (i, pair) in pairs.iter().enumerate() {
             let roff = pair.remote;

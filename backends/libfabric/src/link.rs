@@ -19,26 +19,39 @@ use crate::fabric::{Fabric, Transfer};
 pub(crate) struct Link {
     pub(crate) addr: fi_addr_t,
     name: Vec<u8>,
-    /// `Some(why)` once cut. Posts hold it shared for their whole duration, so a cut never
-    /// runs under one and no post uses the address after it was removed.
-    cut: RwLock<Option<String>>,
+    /// Whether it was cut, and its endpoint. Posts hold it shared for their whole duration,
+    /// so a cut never runs under one.
+    state: RwLock<LinkState>,
     /// Connected peers that use this entry.
     peers: AtomicUsize,
     /// Transfers posted through this entry (pruned at each post), for the cut.
     transfers: Mutex<Vec<Weak<Transfer>>>,
     /// The `shm` provider's peer process, when its endpoint name gives the pid.
     process: Option<PeerProcess>,
-    /// This peer's own endpoint (`endpoint_per_peer`); else posts use the backend's.
+    /// The peer has an endpoint of its own (`endpoint_per_peer`).
+    own_endpoint: bool,
+}
+
+struct LinkState {
+    /// `Some(why)` once cut.
+    cut: Option<String>,
+    /// This peer's own endpoint (`endpoint_per_peer`; closed by a cut on `tcp`), else posts
+    /// use the backend's.
     endpoint: Option<Endpoint>,
 }
 
 /// A post's hold on a link that is not cut (see [`Link::hold`]).
 pub(crate) struct Held<'a> {
     link: &'a Link,
-    _guard: RwLockReadGuard<'a, Option<String>>,
+    guard: RwLockReadGuard<'a, LinkState>,
 }
 
 impl Held<'_> {
+    /// The endpoint posts to this peer go through.
+    pub(crate) fn ep(&self, fabric: &Fabric) -> *mut fid_ep {
+        self.guard.endpoint.as_ref().map_or(fabric.ep, |e| e.ep)
+    }
+
     /// Records a transfer posted through the link, for a later cut.
     pub(crate) fn track(&self, transfer: &Arc<Transfer>) {
         let mut transfers = self.link.transfers.lock();
@@ -57,11 +70,6 @@ fn shm_pid(name: &[u8]) -> Option<u32> {
 }
 
 impl Link {
-    /// The endpoint posts to this peer go through.
-    pub(crate) fn ep(&self, fabric: &Fabric) -> *mut fid_ep {
-        self.endpoint.as_ref().map_or(fabric.ep, |e| e.ep)
-    }
-
     /// Holds the link for a post: refused once cut, and cut here if its `shm` peer process
     /// has exited (the provider would spin forever on a lock the dead process held).
     pub(crate) fn hold(&self) -> Result<Held<'_>, BackendError> {
@@ -72,19 +80,16 @@ impl Link {
             )
         };
         {
-            let guard = self.cut.read();
-            if let Some(why) = &*guard {
+            let guard = self.state.read();
+            if let Some(why) = &guard.cut {
                 return Err(refused(why));
             }
             if !self.process.as_ref().is_some_and(PeerProcess::has_exited) {
-                return Ok(Held {
-                    link: self,
-                    _guard: guard,
-                });
+                return Ok(Held { link: self, guard });
             }
         }
         let why = self.exited();
-        self.cut(&why);
+        self.cut(&why, false);
         Err(refused(&why))
     }
 
@@ -94,36 +99,51 @@ impl Link {
     }
 
     /// Cuts the link if that is safe, which is only when no byte of its transfers can move
-    /// any more: on `shm`, once the peer process has exited (the provider copies through the
-    /// target process). Every transfer posted through it then fails, and later posts are
-    /// refused. Returns whether the link is cut.
+    /// any more. Every transfer posted through it then fails, and later posts are refused.
+    /// Returns whether the link is cut.
     ///
-    /// Nothing cuts a connection of `tcp;ofi_rxm` in libfabric 1.17: `fi_av_remove` only
-    /// drops the address, and the connection goes on. Measured with a cut network link
-    /// (`conformance/tests/two_hosts.rs`): with the transfers failed after `fi_av_remove`,
-    /// the data of READs landed in the local region once the link came back.
+    /// - `shm`: once the peer process has exited (the provider copies through the target
+    ///   process, so a live one could still write).
+    /// - `tcp;ofi_rxm` and the like: when the peer has an endpoint of its own, by closing it,
+    ///   which closes its connections; data arriving for them is refused by the kernel. Its
+    ///   `fi_av_remove` is no cut: in libfabric 1.17 the connection goes on, and READ data
+    ///   landed in the local region after it once a cut network link came back
+    ///   (`conformance/tests/two_hosts.rs`).
     pub(crate) fn cut_if_safe(&self, fabric: &Fabric) -> bool {
-        if self.cut.read().is_some() {
+        if self.state.read().cut.is_some() {
             return true;
         }
-        match &self.process {
-            Some(p) if fabric.provider == "shm" && p.has_exited() => {
-                self.cut(&self.exited());
-                true
+        if fabric.provider == "shm" {
+            match &self.process {
+                Some(p) if p.has_exited() => {
+                    self.cut(&self.exited(), false);
+                    true
+                }
+                _ => false,
             }
-            _ => false,
+        } else if self.own_endpoint {
+            self.cut("its endpoint was closed", true);
+            true
+        } else {
+            false
         }
     }
 
-    /// Marks the link cut (its entry stays in the address vector: libfabric 1.17's shm
-    /// provider breaks after `fi_av_remove`, see `Links::release`) and fails its transfers.
-    fn cut(&self, why: &str) {
-        let mut cut = self.cut.write();
-        if cut.is_none() {
+    /// Marks the link cut, closes its own endpoint if `close` (on `shm` it stays open:
+    /// closing may touch the dead peer's region), and fails its transfers. Its address-vector
+    /// entry stays (libfabric 1.17's shm provider breaks after `fi_av_remove`, see
+    /// `Links::release`; elsewhere it goes with the endpoint, or at the last release).
+    fn cut(&self, why: &str, close: bool) {
+        let mut state = self.state.write();
+        if state.cut.is_none() {
             tracing::warn!(reason = why, "libfabric link cut");
-            *cut = Some(why.to_owned());
+            state.cut = Some(why.to_owned());
+            if close {
+                // No post runs (the write lock) and none will: the endpoint closes here.
+                drop(state.endpoint.take());
+            }
         }
-        drop(cut);
+        drop(state);
         let reason = FailureReason::RemoteDisconnect(format!("the connection was cut: {why}"));
         for transfer in self.transfers.lock().drain(..) {
             if let Some(t) = transfer.upgrade() {
@@ -152,7 +172,7 @@ impl Links {
         let mut by_name = self.by_name.lock();
         let previous = by_name.get(name).cloned();
         if let Some(link) = &previous {
-            if link.cut.read().is_none() {
+            if link.state.read().cut.is_none() {
                 link.peers.fetch_add(1, Ordering::AcqRel);
                 return Ok(link.clone());
             }
@@ -170,6 +190,7 @@ impl Links {
             true => Some(Endpoint::open(fabric)?),
             false => None,
         };
+        let own_endpoint = endpoint.is_some();
         let insert = |av: *mut fid_av| {
             let mut addr: fi_addr_t = 0;
             // SAFETY: a live address vector; `name` holds one address of the provider's
@@ -199,11 +220,14 @@ impl Links {
         let link = Arc::new(Link {
             addr,
             name: name.to_vec(),
-            cut: RwLock::new(None),
+            state: RwLock::new(LinkState {
+                cut: None,
+                endpoint,
+            }),
             peers: AtomicUsize::new(1),
             transfers: Mutex::new(Vec::new()),
             process,
-            endpoint,
+            own_endpoint,
         });
         by_name.insert(name.to_vec(), link.clone());
         Ok(link)
@@ -228,7 +252,7 @@ impl Links {
             }
             by_name.remove(&link.name);
         }
-        if fabric.provider == "shm" || link.endpoint.is_some() {
+        if fabric.provider == "shm" || link.own_endpoint {
             // Kept (see above), or in the peer's own address vector, closed with its
             // endpoint.
             return;

@@ -1,0 +1,175 @@
+//! The completion queues the progress thread serves: the backend's, and those of the peers'
+//! own endpoints (see `crate::endpoint`). Where the queues have wait objects (`tcp`, `net`),
+//! the thread sleeps in `epoll_wait` on all their file descriptors at once, after
+//! `fi_trywait` says nothing is pending (libfabric's protocol for waiting on several queues);
+//! otherwise it polls them.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr;
+
+use blockwire_core::BackendError;
+use libfabric_sys::*;
+use parking_lot::RwLock;
+
+use crate::errors::check;
+use crate::fabric::{Raw, poll_cq};
+
+/// How long the progress thread sleeps in `epoll_wait` at most (a stop signals the backend's
+/// queue, which wakes it at once).
+const WAIT_MS: i32 = 100;
+
+/// The peers' completion queues, and the epoll set of every queue's wait fd (when waiting).
+pub(crate) struct PeerQueues {
+    queues: RwLock<Vec<Raw>>,
+    epoll: Option<OwnedFd>,
+}
+
+/// The wait fd of a queue opened with `FI_WAIT_FD`.
+///
+/// # Safety
+///
+/// `cq` is a live completion queue.
+unsafe fn wait_fd(cq: *mut fid_cq) -> Result<i32, BackendError> {
+    let mut fd: i32 = -1;
+    // SAFETY: per this function's contract; FI_GETWAIT writes one int.
+    check("fi_control(FI_GETWAIT)", unsafe {
+        fi_control(
+            &mut (*cq).fid,
+            FI_GETWAIT as i32,
+            (&mut fd as *mut i32).cast(),
+        )
+    })?;
+    Ok(fd)
+}
+
+impl PeerQueues {
+    /// No queue and no waiting (until the backend's queue is open).
+    pub(crate) fn empty() -> Self {
+        PeerQueues {
+            queues: RwLock::new(Vec::new()),
+            epoll: None,
+        }
+    }
+
+    /// No peer queue yet; with `wait`, an epoll set holding the backend's queue `main` (opened
+    /// with `FI_WAIT_FD`).
+    ///
+    /// # Safety
+    ///
+    /// `main` is a live completion queue.
+    pub(crate) unsafe fn new(main: *mut fid_cq, wait: bool) -> Result<Self, BackendError> {
+        let mut queues = PeerQueues {
+            queues: RwLock::new(Vec::new()),
+            epoll: None,
+        };
+        if wait {
+            // SAFETY: plain syscall; the new fd is owned below.
+            let fd = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+            if fd < 0 {
+                return Err(BackendError::from_io(
+                    "epoll_create1",
+                    &std::io::Error::last_os_error(),
+                ));
+            }
+            // SAFETY: a new fd owned by nobody else.
+            queues.epoll = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+            // SAFETY: per this function's contract.
+            queues.watch(unsafe { wait_fd(main) }?, libc::EPOLL_CTL_ADD)?;
+        }
+        Ok(queues)
+    }
+
+    /// Whether the queues have wait objects (a peer's queue must be opened with one too).
+    pub(crate) fn waiting(&self) -> bool {
+        self.epoll.is_some()
+    }
+
+    fn watch(&self, fd: i32, op: i32) -> Result<(), BackendError> {
+        let Some(epoll) = &self.epoll else {
+            return Ok(());
+        };
+        let mut event = libc::epoll_event {
+            events: libc::EPOLLIN as u32,
+            u64: fd as u64,
+        };
+        // SAFETY: a live epoll fd and a valid event struct.
+        if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), op, fd, &mut event) } < 0 {
+            return Err(BackendError::from_io(
+                "epoll_ctl",
+                &std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Adds a peer's queue.
+    ///
+    /// # Safety
+    ///
+    /// `cq` is a live completion queue, opened with `FI_WAIT_FD` when [`Self::waiting`], and
+    /// stays open until [`Self::remove`] returns.
+    pub(crate) unsafe fn add(&self, cq: *mut fid_cq) -> Result<(), BackendError> {
+        if self.waiting() {
+            // SAFETY: per this function's contract.
+            self.watch(unsafe { wait_fd(cq) }?, libc::EPOLL_CTL_ADD)?;
+        }
+        self.queues.write().push(Raw(cq));
+        Ok(())
+    }
+
+    /// Removes a peer's queue: the progress thread no longer reads or waits on it.
+    pub(crate) fn remove(&self, cq: *mut fid_cq) {
+        let mut queues = self.queues.write();
+        let before = queues.len();
+        queues.retain(|q| q.0 != cq);
+        if queues.len() != before && self.waiting() {
+            // SAFETY: the queue is live (its owner removes it before closing it).
+            if let Ok(fd) = unsafe { wait_fd(cq) } {
+                let _ = self.watch(fd, libc::EPOLL_CTL_DEL);
+            }
+        }
+    }
+
+    /// Reads each peer queue once; returns how many completions were handled.
+    pub(crate) fn poll(&self) -> usize {
+        let queues = self.queues.read();
+        queues
+            .iter()
+            // SAFETY: a queue is removed (under the write lock) before it is closed.
+            .map(|q| unsafe { poll_cq(q.0) })
+            .sum()
+    }
+
+    /// The waiting progress thread's step: reads every queue; if nothing was there and
+    /// `fi_trywait` agrees, sleeps until a queue's fd is readable (or [`WAIT_MS`]).
+    ///
+    /// # Safety
+    ///
+    /// `fabric` and `main` are live and outlive the call; [`Self::waiting`] is true.
+    pub(crate) unsafe fn wait(&self, fabric: *mut fid_fabric, main: *mut fid_cq) {
+        // SAFETY: per this function's contract.
+        if unsafe { poll_cq(main) } + self.poll() > 0 {
+            return;
+        }
+        let Some(epoll) = &self.epoll else {
+            return;
+        };
+        let ready = {
+            let queues = self.queues.read();
+            // SAFETY: live queues (the read lock keeps peer queues open).
+            let mut fids: Vec<*mut fid> = std::iter::once(main)
+                .chain(queues.iter().map(|q| q.0))
+                .map(|cq| unsafe { ptr::addr_of_mut!((*cq).fid) })
+                .collect();
+            // SAFETY: a live fabric and live queues of it.
+            unsafe { fi_trywait(fabric, fids.as_mut_ptr(), fids.len() as i32) }
+        };
+        if ready != 0 {
+            // -FI_EAGAIN: something is pending; read again.
+            return;
+        }
+        let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        // SAFETY: a live epoll fd and a buffer of 16 events.
+        unsafe { libc::epoll_wait(epoll.as_raw_fd(), events.as_mut_ptr(), 16, WAIT_MS) };
+    }
+}
