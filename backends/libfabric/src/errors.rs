@@ -41,12 +41,13 @@ pub(crate) fn check(context: &str, ret: i32) -> Result<(), BackendError> {
 }
 
 /// A failed completion's reason, with the provider's own words. An operation the provider
-/// cancelled because its connection went away (`FI_ECANCELED` with a disconnect as the
-/// provider's error) is a remote disconnect; blockwire never cancels operations itself.
-pub(crate) fn reason(errnum: i32, prov_errno: i32, provider_message: &str) -> FailureReason {
+/// cancelled (`FI_ECANCELED`) is a remote disconnect: blockwire never cancels operations
+/// itself, and `ofi_rxm` cancels those of a connection that went away, with the provider's
+/// error saying how (`ENOTCONN`, `ECONNRESET`, and `ENOENT` when a killed peer's connection
+/// could not be set up again).
+pub(crate) fn reason(errnum: i32, provider_message: &str) -> FailureReason {
     let message = format!("{} ({provider_message})", strerror(errnum));
-    let cancelled_by_link = errnum == libc::ECANCELED && is_disconnect(prov_errno.abs());
-    if is_disconnect(errnum) || cancelled_by_link {
+    if is_disconnect(errnum) || errnum == libc::ECANCELED {
         FailureReason::RemoteDisconnect(message)
     } else {
         FailureReason::Backend(message)

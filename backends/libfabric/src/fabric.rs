@@ -461,7 +461,7 @@ unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize 
             };
             tracing::debug!(err = err.err, %text, "libfabric completion error");
             // SAFETY: as above.
-            unsafe { complete(err.op_context, Some(reason(err.err, err.prov_errno, &text))) };
+            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
             return 1;
         }
     }
