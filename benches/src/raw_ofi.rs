@@ -178,9 +178,8 @@ impl Drop for Side {
     }
 }
 
-/// GB/s of raw libfabric for `op` over two regions of `blocks` blocks of `block` bytes,
-/// `depth` batches of `batch` operations outstanding, for `run_for`.
-#[allow(clippy::too_many_arguments)]
+/// GB/s of raw libfabric for `shape` (two regions, `depth` batches of `batch` operations
+/// outstanding, for `run_for`) over `provider` and `domain`.
 pub(crate) fn gbps(shape: &Shape, provider: &str, domain: Option<&str>) -> Res<f64> {
     let Shape {
         op,

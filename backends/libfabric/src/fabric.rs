@@ -289,7 +289,7 @@ impl Fabric {
                 fi_endpoint(f.domain, info, &mut f.ep, ptr::null_mut()),
             )?;
             // A queue with a wait object lets the progress thread sleep in the kernel until
-            // the provider's sockets or queues have something (fi_cq_sread), so a passive
+            // the provider's sockets or queues have something (`crate::queues`), so a passive
             // target is progressed as soon as bytes arrive; providers without one are polled.
             let mut cq_attr = fi_cq_attr {
                 format: FI_CQ_FORMAT_CONTEXT,

@@ -188,7 +188,7 @@ impl OfiBackend {
         let wait = options
             .take::<bool>("wait")
             .map_err(open_err)?
-            // shm: its sread slowed posts (submit 0.2 to 3 ms against 15 to 140 us polling)
+            // shm: waiting slowed posts (submit 0.2 to 3 ms against 15 to 140 us polling)
             // for no gain in GB/s; tcp: waiting is what lets a passive target keep up.
             .unwrap_or(provider != "shm");
         let endpoint_per_peer = options

@@ -2,11 +2,11 @@
 //! shared by the connected peers that name it, and the cut that fails them all.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 use blockwire_core::process::PeerProcess;
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason};
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason, PostedTransfers};
 use libfabric_sys::*;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
@@ -25,7 +25,7 @@ pub(crate) struct Link {
     /// Connected peers that use this entry.
     peers: AtomicUsize,
     /// Transfers posted through this entry (pruned at each post), for the cut.
-    transfers: Mutex<Vec<Weak<Transfer>>>,
+    transfers: PostedTransfers<Transfer>,
     /// The `shm` provider's peer process, when its endpoint name gives the pid.
     process: Option<PeerProcess>,
     /// The peer has an endpoint of its own (`endpoint_per_peer`).
@@ -54,9 +54,7 @@ impl Held<'_> {
 
     /// Records a transfer posted through the link, for a later cut.
     pub(crate) fn track(&self, transfer: &Arc<Transfer>) {
-        let mut transfers = self.link.transfers.lock();
-        transfers.retain(|t| t.strong_count() > 0);
-        transfers.push(Arc::downgrade(transfer));
+        self.link.transfers.push(transfer);
     }
 }
 
@@ -145,10 +143,8 @@ impl Link {
         }
         drop(state);
         let reason = FailureReason::RemoteDisconnect(format!("the connection was cut: {why}"));
-        for transfer in self.transfers.lock().drain(..) {
-            if let Some(t) = transfer.upgrade() {
-                t.cut(reason.clone());
-            }
+        for t in self.transfers.take() {
+            t.cut(reason.clone());
         }
     }
 }
@@ -225,7 +221,7 @@ impl Links {
                 endpoint,
             }),
             peers: AtomicUsize::new(1),
-            transfers: Mutex::new(Vec::new()),
+            transfers: PostedTransfers::default(),
             process,
             own_endpoint,
         });
@@ -233,34 +229,35 @@ impl Links {
         Ok(link)
     }
 
-    /// A peer no longer uses `link`: the last one removes its entry, unless the provider is
-    /// `shm`.
+    /// A peer no longer uses `link`: the last one forgets it. A peer's own endpoint and
+    /// address vector close with the link, once the last peer drops it; an entry in the
+    /// backend's address vector is removed, except on `shm`.
     pub(crate) fn release(&self, fabric: &Fabric, link: &Arc<Link>) {
         let mut by_name = self.by_name.lock();
         if link.peers.fetch_sub(1, Ordering::AcqRel) != 1 {
+            return;
+        }
+        if fabric.provider == "shm" && !link.own_endpoint {
+            // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection
+            // crashes in fi_cq_read or fi_av_insert, or its writes are never completed; found
+            // by the model-based test), so entries of the backend's vector stay until the
+            // backend closes, for reuse.
             return;
         }
         if by_name
             .get(&link.name)
             .is_some_and(|l| Arc::ptr_eq(l, link))
         {
-            // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection
-            // crashes in fi_cq_read or fi_av_insert, or its writes are never completed; found
-            // by the model-based test), so its entries stay until the backend closes.
-            if fabric.provider == "shm" {
-                return;
-            }
             by_name.remove(&link.name);
         }
-        if fabric.provider == "shm" || link.own_endpoint {
-            // Kept (see above), or in the peer's own address vector, closed with its
-            // endpoint.
+        if link.own_endpoint {
             return;
         }
         let mut addr = link.addr;
         // SAFETY: a live address vector and an entry no connected peer uses, removed once
-        // (only `shm` links are cut, and they are never removed); no transfer to it is held
-        // (the generic layer disconnects only after every one is released).
+        // (a link is cut only on shm or with its own endpoint, and neither gets here); no
+        // transfer to it is held (the generic layer disconnects only after every one is
+        // released).
         let ret = unsafe { fi_av_remove(fabric.av, &mut addr, 1, 0) };
         if ret != 0 {
             tracing::debug!(error = %errors::error("fi_av_remove", ret as isize), "disconnect");

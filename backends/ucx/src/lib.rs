@@ -87,7 +87,8 @@ use std::time::{Duration, Instant};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, XferState,
+    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, PostedTransfers, RegionSpan,
+    XferState,
 };
 use ucx_sys::*;
 
@@ -125,7 +126,7 @@ pub struct UcxPeer {
     link: parking_lot::RwLock<Link>,
     /// The completions of this peer's transfers, for `fail_peer`: UCX 1.13's forced close does
     /// not complete flushes already posted on the endpoint.
-    posted: parking_lot::Mutex<Vec<std::sync::Weak<Completion>>>,
+    posted: PostedTransfers<Completion>,
     _live: Live,
 }
 
@@ -386,7 +387,7 @@ impl Backend for UcxBackend {
             num_blocks: desc.num_blocks,
             health,
             link: parking_lot::RwLock::new(Link::Open),
-            posted: parking_lot::Mutex::new(Vec::new()),
+            posted: PostedTransfers::default(),
             _live: self.counts.peer(),
         };
         if status != UCS_OK {
@@ -488,9 +489,7 @@ impl Backend for UcxBackend {
             shared.complete(UCS_PTR_STATUS(request));
         }
         {
-            let mut posted = peer.posted.lock();
-            posted.retain(|c| c.strong_count() > 0);
-            posted.push(Arc::downgrade(&shared));
+            peer.posted.push(&shared);
         }
         drop(link);
         self.ucx.kick();
@@ -537,11 +536,9 @@ impl Backend for UcxBackend {
             // The endpoint is gone, and with it every operation posted on it: UCX touches
             // none of their buffers again, but it does not complete their flushes either
             // (their callbacks' `Arc`s are leaked), so they end here.
-            for completion in peer.posted.lock().drain(..) {
-                if let Some(c) = completion.upgrade() {
-                    if c.state.load(Ordering::Acquire) == RUNNING {
-                        c.complete(UCS_ERR_CANCELED);
-                    }
+            for c in peer.posted.take() {
+                if c.state.load(Ordering::Acquire) == RUNNING {
+                    c.complete(UCS_ERR_CANCELED);
                 }
             }
         }
