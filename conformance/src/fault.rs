@@ -125,7 +125,8 @@ impl FaultPlan {
         self.0.fail_post_at.store(at, Ordering::SeqCst);
     }
 
-    /// While on, every state check fails (a terminal failure with an injected reason).
+    /// While on, every state check fails ([`FailureReason::StateCheck`], which faults the
+    /// peer).
     ///
     /// ```
     /// blockwire_conformance::FaultPlan::new().fail_state_checks(false);
@@ -330,20 +331,26 @@ impl<B: Backend> Backend for FaultyBackend<B> {
             return XferState::Running;
         }
         if self.plan.0.fail_state.load(Ordering::SeqCst) {
-            return XferState::Failed(FailureReason::Backend(
+            return XferState::Failed(FailureReason::StateCheck(
                 "injected: state check failed".into(),
             ));
         }
         self.inner.state(&mut xfer.inner)
     }
 
-    fn fail_peer(&self, _peer: &Self::Peer) -> bool {
-        // The wrapper cuts by acting as a remote disconnect (of every peer, as
-        // `FaultPlan::disconnect` does), so held transfers end. The inner connection is
-        // healthy here, and is not cut: UCX 1.13 does not always finish a forced close of a
-        // healthy endpoint (LeakSanitizer saw its error-callback state and a worker flush
-        // left behind). Real cuts are tested against real dead peers (`dead_peer`).
+    fn fail_peer(&self, peer: &Self::Peer) -> bool {
         self.plan.0.peers_failed.fetch_add(1, Ordering::SeqCst);
+        if !self.plan.0.transfers_held.load(Ordering::SeqCst) {
+            // Nothing injected holds the peer's transfers: the stall is real, and so is the
+            // cut.
+            return self.inner.fail_peer(&peer.inner);
+        }
+        // A stall this wrapper injects: it cuts by acting as a remote disconnect (of every
+        // peer, as `FaultPlan::disconnect` does), so held transfers end. The inner connection
+        // is healthy here, and is not cut: UCX 1.13 does not always finish a forced close of
+        // a healthy endpoint (LeakSanitizer saw its error-callback state and a worker flush
+        // left behind). Real cuts are tested against real dead peers (`dead_peer`) and real
+        // closed ones (`target`).
         self.plan.disconnect(true);
         true
     }
@@ -364,6 +371,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         self.inner
             .release(inner)
             .map_err(|inner| FaultyXfer { inner, held, _live })
+    }
+
+    fn revoke(&self) {
+        self.inner.revoke();
     }
 
     fn stats(&self) -> BackendStats {

@@ -2,14 +2,14 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{BackendErrorKind, CancelMode, Error, FailureReason, Transport};
+use blockwire::{BackendErrorKind, CancelMode, Error, FailureReason, PeerFault, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Pair, pair, poll_for, wait_done, wait_for};
+use crate::support::{Pair, connect, pair, poll_for, wait_done, wait_for};
 
 /// A state check that fails is a terminal failure with its reason, not a transfer stuck
-/// running.
+/// running, and it faults the peer: later posts are refused until it is added again.
 pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -18,10 +18,23 @@ pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
     let seen = wait_for(a, Some(&peer), &[id]);
     match &seen[&id] {
-        Err(FailureReason::Backend(m)) => assert!(m.contains("injected"), "{m}"),
-        other => panic!("expected a backend failure, got {other:?}"),
+        Err(FailureReason::StateCheck(m)) => assert!(m.contains("injected"), "{m}"),
+        other => panic!("expected a failed state check, got {other:?}"),
     }
     p.plan().fail_state_checks(false);
+    let fault = a.poll(Some(&peer)).expect("poll").peer_fault;
+    assert!(
+        matches!(&fault, Some(PeerFault::StateCheck(m)) if m.contains("injected")),
+        "{fault:?}"
+    );
+    assert!(matches!(
+        a.write_blocks(&peer, &[1], &[1]),
+        Err(Error::PeerFaulted {
+            fault: PeerFault::StateCheck(_),
+            ..
+        })
+    ));
+    connect(a, "b", &p.b);
     let id = a.write_blocks(&peer, &[1], &[1]).expect("write");
     wait_done(a, &peer, &[id]);
 }
@@ -53,10 +66,12 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
             seen[&id]
         );
     }
+    // The peer is faulted: later posts are refused with the verdict.
     match a.write_blocks(&peer, &[2], &[2]) {
-        Err(Error::Submit { source, .. }) => {
-            assert_eq!(source.kind(), BackendErrorKind::RemoteDisconnect)
-        }
+        Err(Error::PeerFaulted {
+            fault: PeerFault::RemoteDisconnect(_),
+            peer: p,
+        }) => assert_eq!(p, peer),
         other => panic!("post to a disconnected peer: {other:?}"),
     }
     plan.disconnect(false);
@@ -96,8 +111,17 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
             seen[&id]
         );
     }
+    let fault = a.poll(Some(&peer)).expect("poll").peer_fault;
+    assert_eq!(
+        fault,
+        Some(PeerFault::Stalled(limit)),
+        "the cut faults the peer"
+    );
     assert!(
-        a.write_blocks(&peer, &[2], &[2]).is_err(),
+        matches!(
+            a.write_blocks(&peer, &[2], &[2]),
+            Err(Error::PeerFaulted { .. })
+        ),
         "a post to a cut peer"
     );
     plan.disconnect(false);
@@ -172,8 +196,12 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
             "transfer {id}: {outcome:?}"
         );
     }
-    // Later: refused at submit, or failed as a disconnect; never done, never stuck.
+    // Later: refused at submit (the peer is faulted by a failed transfer, or the backend
+    // refuses), or failed as a disconnect; never done, never stuck.
     match a.write_blocks(&peer, &[0], &[0]) {
+        Err(Error::PeerFaulted { fault, .. }) => {
+            assert!(matches!(fault, PeerFault::RemoteDisconnect(_)), "{fault}")
+        }
         Err(Error::Submit { source, .. }) => {
             assert_eq!(
                 source.kind(),

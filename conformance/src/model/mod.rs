@@ -14,9 +14,12 @@
 //!   `done` and `failed` each in id order; a `cancel(Wait)` returns only ids asked for and
 //!   still in flight, each of which must then surface through `poll`.
 //! - **outcomes**: a transfer to a live peer ends done (or, once a `cancel(Wait)` returned it,
-//!   done or failed); a transfer whose peer was removed or replaced before it was reported fails
-//!   with [`FailureReason::PeerRemoved`](blockwire::FailureReason::PeerRemoved); while an asynchronous registration that will replace
-//!   its peer is unresolved, either.
+//!   done or failed); a transfer whose peer was removed or replaced before it was reported ends
+//!   done (it had completed) or fails with
+//!   [`FailureReason::PeerRemoved`](blockwire::FailureReason::PeerRemoved); no healthy peer is
+//!   ever reported faulted (`PollResult::peer_fault`).
+//! - **in flight**: after every step, `in_flight(Some(p))` and `in_flight(None)` equal the
+//!   transfers the model tracks (posted, not reported, not taken by a cancel).
 //! - **data**: the runner only picks blocks that no transfer still in flight touches (including
 //!   ones an immediate cancel forgot, until the next drain), writes fresh content into the
 //!   source blocks before it posts, and at every drain point (poll until nothing is in flight)

@@ -112,6 +112,33 @@ impl<'s, T: Transport> Runner<'s, T> {
     }
 
     pub(super) fn step(&mut self, op: &Op) -> Step {
+        self.apply(op)?;
+        self.check_in_flight()
+    }
+
+    /// `in_flight` equals the model's tracked transfers, per peer and in all (zero once
+    /// closed).
+    pub(super) fn check_in_flight(&self) -> Step {
+        let all = self.local.in_flight(None);
+        if all != self.m.tracked.len() {
+            return Err(format!(
+                "in_flight(None) is {all}, the model tracks {}",
+                self.m.tracked.len()
+            ));
+        }
+        for (p, name) in self.names.iter().enumerate() {
+            let want = self.m.tracked.values().filter(|x| x.peer == p).count();
+            let got = self.local.in_flight(Some(name));
+            if got != want {
+                return Err(format!(
+                    "in_flight({name:?}) is {got}, the model tracks {want}"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, op: &Op) -> Step {
         match op {
             Op::Add { peer, remote } => {
                 self.add(self.peer_index(*peer), self.remote_index(*remote))
@@ -553,6 +580,13 @@ impl<'s, T: Transport> Runner<'s, T> {
 
     /// Checks and applies one poll result.
     pub(super) fn absorb(&mut self, r: PollResult, peer: Option<usize>) -> Step {
+        // Every peer here is healthy: no transfer fails but by a remove or a cancel.
+        if let Some(fault) = &r.peer_fault {
+            return Err(format!(
+                "poll({:?}) reported a peer fault: {fault}",
+                peer.map(|p| &self.names[p])
+            ));
+        }
         if r.is_empty() {
             return Ok(());
         }
@@ -609,16 +643,20 @@ impl<'s, T: Transport> Runner<'s, T> {
         }
         let state = self.m.conns[x.conn].state;
         let allowed = match (state, &got) {
+            // A transfer that completed before its peer was removed is reported done.
+            (_, Ok(())) => true,
             (ConnState::Retired, Err(FailureReason::PeerRemoved)) => true,
             (ConnState::Retired, _) => false,
-            (_, Ok(())) => true,
             (ConnState::MaybeRetired, Err(FailureReason::PeerRemoved)) => true,
             (_, Err(FailureReason::PeerRemoved)) => false,
             (_, Err(_)) => x.aborted,
         };
         if !allowed {
             let expected = match (state, x.aborted) {
-                (ConnState::Retired, _) => "failed PeerRemoved (its peer was removed or replaced)",
+                (ConnState::Retired, _) => {
+                    "done (completed before its peer was removed or replaced), or failed \
+                     PeerRemoved"
+                }
                 (ConnState::MaybeRetired, false) => {
                     "done, or failed PeerRemoved (a registration replacing its peer was pending)"
                 }

@@ -74,7 +74,8 @@ pub(super) enum ConnState {
     /// An asynchronous registration that will replace it is unresolved: its transfers end
     /// done (reported before the replacement published) or failed with `PeerRemoved`.
     MaybeRetired,
-    /// Removed, replaced or closed: its transfers fail with `PeerRemoved`.
+    /// Removed, replaced or closed: its transfers end done (completed before) or failed
+    /// with `PeerRemoved`.
     Retired,
 }
 

@@ -57,10 +57,13 @@ pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
-    Capabilities, DescriptorError, Error, FailureReason, Op, PeerDescriptor, PeerId, PollResult,
-    RegionSpan, Result, TransferId, XferState, fingerprint,
+    Capabilities, DescriptorError, Error, FailureReason, Op, PeerDescriptor, PeerFault, PeerId,
+    PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState, fingerprint,
 };
-pub use options::{DEFAULT_CLOSE_TIMEOUT, DEFAULT_STALL_TIMEOUT, TransportOptions};
+pub use options::{
+    DEFAULT_CLOSE_TIMEOUT, DEFAULT_MAX_CONSECUTIVE_FAILURES, DEFAULT_STALL_TIMEOUT,
+    TransportOptions,
+};
 pub use region::{REGION_ALIGN, Region};
 pub use registration::Registration;
 pub use transport::Transport;

@@ -14,6 +14,13 @@ pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// ```
 pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Default of [`TransportOptions::max_consecutive_failures`].
+///
+/// ```
+/// assert_eq!(blockwire::DEFAULT_MAX_CONSECUTIVE_FAILURES, 3);
+/// ```
+pub const DEFAULT_MAX_CONSECUTIVE_FAILURES: u32 = 3;
+
 /// Settings of a transport, whatever its backend.
 ///
 /// ```
@@ -40,6 +47,12 @@ pub struct TransportOptions {
     /// disconnect; `None` waits for the library. Checked when the peer's transfers are polled
     /// or cancelled.
     pub stall_timeout: Option<Duration>,
+    /// A peer whose transfers fail this many times in a row (reported failed by `poll`, or
+    /// refused at submission), with no success between, is judged unusable
+    /// ([`blockwire_core::PeerFault::ConsecutiveFailures`]); `0` never faults a peer for
+    /// failures alone. A remote disconnect, a stall cut or a failed state check faults it at
+    /// once, whatever this says.
+    pub max_consecutive_failures: u32,
     /// Backend-specific `key=value` options (see each backend's docs).
     pub backend: BackendOptions,
 }
@@ -50,6 +63,7 @@ impl Default for TransportOptions {
             config_fields: None,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
             stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
             backend: BackendOptions::default(),
         }
     }
@@ -81,6 +95,19 @@ impl TransportOptions {
     /// ```
     pub fn with_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.stall_timeout = timeout;
+        self
+    }
+
+    /// Sets how many consecutive transfer failures fault a peer (`0`: never, for failures
+    /// alone).
+    ///
+    /// ```
+    /// # use blockwire::TransportOptions;
+    /// let o = TransportOptions::default().with_max_consecutive_failures(5);
+    /// assert_eq!(o.max_consecutive_failures, 5);
+    /// ```
+    pub fn with_max_consecutive_failures(mut self, failures: u32) -> Self {
+        self.max_consecutive_failures = failures;
         self
     }
 

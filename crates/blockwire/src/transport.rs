@@ -28,11 +28,12 @@ use crate::{AnyTransport, BlockTransport};
 /// | [`descriptor`](Transport::descriptor) | what a peer needs to connect; serializes to bytes |
 /// | [`add_remote_peer`](Transport::add_remote_peer) | validates the descriptor, connects, publishes |
 /// | [`add_remote_peer_async`](Transport::add_remote_peer_async) | claims a generation now, connects on the registration worker; a removed or re-added peer is never revived by a late result |
-/// | [`remove_remote_peer`](Transport::remove_remote_peer) | unpublishes at once; transfers in flight surface as failed (peer removed) once they stop |
-/// | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate, post, return an id; never wait |
-/// | [`poll`](Transport::poll) | drains one peer's finished transfers, or every peer's |
+/// | [`remove_remote_peer`](Transport::remove_remote_peer) | unpublishes at once; transfers still running surface as failed (peer removed) once they stop, those already complete as done |
+/// | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate, post, return an id; never wait; refused for a faulted peer |
+/// | [`poll`](Transport::poll) | drains one peer's finished transfers (and reports its fault), or every peer's |
+/// | [`in_flight`](Transport::in_flight) | transfers posted and not yet reported |
 /// | [`cancel`](Transport::cancel) | immediate: forget; wait: release only what has stopped |
-/// | [`close`](Transport::close) | idempotent; never frees memory under a running transfer |
+/// | [`close`](Transport::close) | idempotent; never frees memory under a running transfer; revokes every peer's access to the region before it returns |
 ///
 /// Each transfer id is reported exactly once: done, failed, or taken by a cancel.
 ///
@@ -196,8 +197,10 @@ pub trait Transport: Send + Sync {
 
     /// Unpublishes `peer` and invalidates any registration of it in flight, without waiting
     /// for one. Transfers still running to it surface through `poll` as failed (peer removed)
-    /// once they stop; the backend's peer resources are freed only after that.
-    /// `Err(UnknownPeer)` when the peer is neither published nor being registered.
+    /// once they stop; those that had completed before the remove surface as done (or failed,
+    /// as they ended). The backend's peer resources are freed only after the last one. A
+    /// peer fault is forgotten with the registration. `Err(UnknownPeer)` when the peer is
+    /// neither published nor being registered.
     ///
     /// ```
     /// use blockwire::{open, Error, PeerId, Region, Transport, TransportOptions};
@@ -215,7 +218,9 @@ pub trait Transport: Send + Sync {
 
     /// Posts a WRITE of local block `local[i]` to the peer's block `remote[i]`, for every `i`.
     /// Validates before anything moves (equal non-zero lengths, every index in range, no
-    /// remote block twice); any error leaves nothing tracked. Never waits for the transfer.
+    /// remote block twice); any error leaves nothing tracked. Never waits for the transfer,
+    /// nor for the peer. A peer the transport judged unusable is refused with
+    /// `Err(PeerFaulted)` (see [`PollResult::peer_fault`]) until it is removed.
     ///
     /// ```
     /// use blockwire::{open, Error, PeerId, Region, Transport, TransportOptions};
@@ -265,6 +270,12 @@ pub trait Transport: Send + Sync {
     /// Drains finished transfers: of `peer` only (other peers' completions stay for their own
     /// poll), or of every peer with `None` (shutdown drain). Never blocks.
     ///
+    /// A peer-scoped poll also reports the peer's fault ([`PollResult::peer_fault`]) once the
+    /// transport has judged it unusable: a transfer failed as a remote disconnect, the stall
+    /// watchdog cut it, a state check failed, or `TransportOptions::max_consecutive_failures`
+    /// transfers failed in a row. It is reported on every scoped poll until the peer is
+    /// removed; posts to it are refused meanwhile.
+    ///
     /// ```
     /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
     /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
@@ -309,11 +320,36 @@ pub trait Transport: Send + Sync {
     /// ```
     fn cancel(&self, ids: &[TransferId], mode: CancelMode) -> Result<Vec<TransferId>>;
 
+    /// Transfers posted and not yet reported by `poll` nor taken by a cancel: to `peer`, or to
+    /// every peer with `None`. `0` after close.
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let id = a.write_blocks(&p, &[0], &[1])?;
+    /// assert_eq!(a.in_flight(Some(&p)), 1); // until it is reported
+    /// assert_eq!(a.in_flight(Some(&"other".into())), 0);
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(a.in_flight(None), 0);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn in_flight(&self, peer: Option<&PeerId>) -> usize;
+
     /// Stops registrations, cancels what is in flight, waits (bounded by the close timeout)
-    /// for running transfers to stop, and releases every peer. Idempotent. If a transfer is
-    /// still running at the deadline, close logs a warning and returns; a reaper thread keeps
-    /// the transfer, its peer, the backend and the memory it may touch until it stops, and only
-    /// then frees them. Every later call returns `Err(Closed)`. Dropping closes.
+    /// for running transfers to stop, releases every peer, and revokes every peer's access to
+    /// the local region: once close returns, no peer's WRITE lands in the region and no
+    /// peer's READ reads it (their transfers fail or are refused), so memory the caller owns
+    /// may be freed. A backend whose library cannot stop a same-host peer says so in
+    /// [`Capabilities::revoke`]. Idempotent.
+    ///
+    /// If a transfer is still running at the deadline, close logs a warning and returns; a
+    /// reaper thread keeps the transfer, its peer, the backend and the memory it may touch
+    /// until it stops, and only then frees them and revokes remote access (so caller-owned
+    /// memory must then stay allocated for the process's lifetime). Every later call returns
+    /// `Err(Closed)`. Dropping closes.
     ///
     /// ```
     /// use blockwire::{open, Error, Region, Transport, TransportOptions};

@@ -24,6 +24,14 @@ pub struct Capabilities {
     /// A peer that goes away (closes, dies, loses its link) fails the transfers to it within
     /// a bounded time. Without it such transfers may stay running.
     pub remote_disconnect: bool,
+    /// `close` revokes every peer's access to the local region before it returns
+    /// ([`Backend::revoke`]): afterwards no peer's WRITE lands in it and no peer's READ reads
+    /// it (their transfers fail or are refused), so memory the caller owns may be freed.
+    /// Without it, a peer on the same host may still copy into or out of the region after
+    /// close, because the library copies straight between the processes and nothing on this
+    /// side can stop it: the memory must then stay mapped until every peer has removed this
+    /// transport.
+    pub revoke: bool,
 }
 
 /// Live resources of a backend, for tests and leak checks.
@@ -77,6 +85,7 @@ impl BackendStats {
 ///   the generic layer keeps the peer alive until every transfer to it is released.
 /// - A passive peer that never polls still receives writes: a backend whose library needs the
 ///   target to make progress runs its own progress thread.
+/// - After [`Backend::revoke`] no peer reaches the local region any more.
 ///
 /// Every method takes `&self` and may be called from several threads at once; a backend whose
 /// library is not thread-safe serializes internally.
@@ -157,6 +166,18 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.
     fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer>;
+
+    /// Revokes every peer's access to the local region: once this returns, no peer's WRITE
+    /// lands in it and no peer's READ reads it (a peer's transfer is refused or fails), as far
+    /// as the library allows ([`Capabilities::revoke`] says whether it does completely).
+    ///
+    /// Called once, by the transport's close, when no transfer of this backend is held any
+    /// more (a close that had to be forced calls it once its reaper released the last one).
+    /// Afterwards `connect` may still be called (a registration close stopped waiting for) and
+    /// must fail, and `disconnect` may be called and must not touch what `revoke` released;
+    /// nothing else is. The default does nothing: a backend that keeps it must say
+    /// `revoke: false`.
+    fn revoke(&self) {}
 
     /// Live resources, for tests and leak checks.
     fn stats(&self) -> BackendStats;

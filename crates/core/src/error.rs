@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::{BlockIndex, DescriptorError, Op, PeerId};
+use crate::{BlockIndex, DescriptorError, Op, PeerFault, PeerId};
 
 /// Result with blockwire's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -112,6 +112,15 @@ pub enum Error {
         peer: PeerId,
         /// What the backend said.
         source: BackendError,
+    },
+    /// The transport judged the peer unusable (see [`PeerFault`]): posts to it are refused
+    /// until it is removed or registered again. Nothing is tracked.
+    #[error("peer {peer:?} is faulted: {fault}")]
+    PeerFaulted {
+        /// The peer.
+        peer: PeerId,
+        /// Why.
+        fault: PeerFault,
     },
     /// The backend refused to post the transfer; nothing is tracked.
     #[error("submitting {op} to peer {peer:?}: {source}")]

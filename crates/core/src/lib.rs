@@ -6,7 +6,7 @@
 //!
 //! - identifiers: [`PeerId`], [`TransferId`], [`BlockIndex`];
 //! - the operations and results: [`Op`], [`CancelMode`], [`PollResult`], [`XferState`],
-//!   [`FailureReason`];
+//!   [`FailureReason`], [`PeerFault`];
 //! - [`PeerDescriptor`]: what a peer needs to connect, with a versioned byte encoding whose
 //!   decoder treats its input as untrusted;
 //! - [`Error`] and [`BackendError`];
@@ -34,6 +34,7 @@ mod options;
 mod posted;
 pub mod process;
 mod progress;
+mod registered;
 mod span;
 mod xfer;
 
@@ -44,5 +45,6 @@ pub use ids::{BlockIndex, PeerId, TransferId};
 pub use options::BackendOptions;
 pub use posted::PostedTransfers;
 pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
+pub use registered::RegisteredRegion;
 pub use span::{BlockPair, RegionSpan};
-pub use xfer::{CancelMode, FailureReason, Op, PollResult, XferState};
+pub use xfer::{CancelMode, FailureReason, Op, PeerFault, PollResult, XferState};

@@ -118,6 +118,33 @@ impl PeerProcess {
         self.pid
     }
 
+    /// A duplicate of the process's file descriptor `fd` (`pidfd_getfd`; the kernel allows
+    /// it only with ptrace access to the process, like `process_vm_writev`).
+    ///
+    /// ```
+    /// use std::os::fd::AsRawFd;
+    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// let file = std::fs::File::open("/proc/self/stat").expect("proc");
+    /// let copy = me.duplicate_fd(file.as_raw_fd())?;
+    /// assert_ne!(copy.as_raw_fd(), file.as_raw_fd());
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn duplicate_fd(&self, fd: i32) -> Result<OwnedFd, BackendError> {
+        // SAFETY: pidfd_getfd takes a pidfd, a file descriptor number of that process and
+        // flags, and returns a new fd of this process or -1; no memory is passed.
+        let got = unsafe { libc::syscall(libc::SYS_pidfd_getfd, self.pidfd.as_raw_fd(), fd, 0) };
+        if got < 0 {
+            let err = io::Error::last_os_error();
+            return Err(BackendError::from_io(
+                &format!("duplicating file descriptor {fd} of process {}", self.pid),
+                &err,
+            ));
+        }
+        let got = i32::try_from(got).map_err(|_| BackendError::other("fd out of range"))?;
+        // SAFETY: `got` was just returned by pidfd_getfd and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(got) })
+    }
+
     /// Whether the process has exited (its pidfd became readable: a zombie not yet reaped by
     /// its parent counts as exited). Never blocks.
     ///

@@ -1,6 +1,7 @@
 //! Operations, transfer states, failure reasons and poll results.
 
 use std::fmt;
+use std::time::Duration;
 
 use crate::TransferId;
 
@@ -62,8 +63,11 @@ pub enum FailureReason {
     RemoteDisconnect(String),
     /// The transfer stopped early because it was asked to (cancel, remove, close).
     Aborted,
-    /// The backend reported an error for this transfer, or checking its state failed.
+    /// The backend reported an error for this transfer.
     Backend(String),
+    /// Checking the transfer's state failed: the backend cannot say what became of it. Its
+    /// peer is faulted at once ([`PeerFault::StateCheck`]).
+    StateCheck(String),
 }
 
 impl FailureReason {
@@ -85,6 +89,7 @@ impl fmt::Display for FailureReason {
             FailureReason::RemoteDisconnect(m) => write!(f, "remote disconnect: {m}"),
             FailureReason::Aborted => f.write_str("aborted"),
             FailureReason::Backend(m) => write!(f, "backend error: {m}"),
+            FailureReason::StateCheck(m) => write!(f, "state check failed: {m}"),
         }
     }
 }
@@ -119,7 +124,8 @@ impl XferState {
     }
 }
 
-/// The transfers one `poll` drained.
+/// The transfers one `poll` drained, and on a peer-scoped poll the peer's fault, if the
+/// transport has judged the peer unusable.
 ///
 /// ```
 /// use blockwire_core::{PollResult, TransferId};
@@ -127,6 +133,7 @@ impl XferState {
 /// assert!(r.is_empty());
 /// assert_eq!(r.len(), 0);
 /// assert!(r.ids().eq(std::iter::empty::<TransferId>()));
+/// assert!(r.peer_fault.is_none());
 /// ```
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 pub struct PollResult {
@@ -134,10 +141,14 @@ pub struct PollResult {
     pub done: Vec<TransferId>,
     /// Transfers that stopped with an error, with the reason, in id order.
     pub failed: Vec<(TransferId, FailureReason)>,
+    /// Set on a peer-scoped poll once the transport has judged that peer unusable, and on
+    /// every such poll after, until the peer is removed (or registered again); posts to it
+    /// are refused with the same fault. `None` while the peer is healthy, and on `poll(None)`.
+    pub peer_fault: Option<PeerFault>,
 }
 
 impl PollResult {
-    /// No transfer finished.
+    /// No transfer finished (a peer fault may still be reported).
     ///
     /// ```
     /// # use blockwire_core::PollResult;
@@ -151,7 +162,7 @@ impl PollResult {
     ///
     /// ```
     /// # use blockwire_core::{PollResult, TransferId};
-    /// let r = PollResult { done: vec![TransferId(1)], failed: vec![] };
+    /// let r = PollResult { done: vec![TransferId(1)], ..PollResult::default() };
     /// assert_eq!(r.len(), 1);
     /// ```
     pub fn len(&self) -> usize {
@@ -165,6 +176,7 @@ impl PollResult {
     /// let r = PollResult {
     ///     done: vec![TransferId(2)],
     ///     failed: vec![(TransferId(1), FailureReason::Aborted)],
+    ///     peer_fault: None,
     /// };
     /// assert_eq!(r.ids().collect::<Vec<_>>(), vec![TransferId(2), TransferId(1)]);
     /// ```
@@ -175,16 +187,65 @@ impl PollResult {
             .chain(self.failed.iter().map(|(id, _)| *id))
     }
 
-    /// Appends another result.
+    /// Appends another result (the first peer fault seen is kept).
     ///
     /// ```
     /// # use blockwire_core::{PollResult, TransferId};
-    /// let mut a = PollResult { done: vec![TransferId(1)], failed: vec![] };
-    /// a.extend(PollResult { done: vec![TransferId(2)], failed: vec![] });
+    /// let mut a = PollResult { done: vec![TransferId(1)], ..PollResult::default() };
+    /// a.extend(PollResult { done: vec![TransferId(2)], ..PollResult::default() });
     /// assert_eq!(a.done.len(), 2);
     /// ```
     pub fn extend(&mut self, other: PollResult) {
         self.done.extend(other.done);
         self.failed.extend(other.failed);
+        if self.peer_fault.is_none() {
+            self.peer_fault = other.peer_fault;
+        }
+    }
+}
+
+/// Why the transport judged a peer unusable (vLLM's "peer fault"): reported by every
+/// peer-scoped `poll` of it and by every post to it (`Error::PeerFaulted`) until the peer is
+/// removed or registered again. The transport never recovers a peer itself: the caller tears
+/// the session down and registers the peer anew.
+///
+/// ```
+/// use blockwire_core::{FailureReason, PeerFault};
+/// let f = PeerFault::ConsecutiveFailures { count: 3, last: FailureReason::Backend("EIO".into()) };
+/// assert_eq!(f.to_string(), "3 consecutive transfer failures (last: backend error: EIO)");
+/// assert!(PeerFault::RemoteDisconnect("reset".into()).to_string().contains("reset"));
+/// ```
+#[non_exhaustive]
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum PeerFault {
+    /// A transfer to it failed, or a post to it was refused, as a remote disconnect.
+    RemoteDisconnect(String),
+    /// The stall watchdog cut it: transfers were in flight and none completed for this long.
+    Stalled(Duration),
+    /// Checking the state of one of its transfers failed ([`FailureReason::StateCheck`]).
+    StateCheck(String),
+    /// This many transfers to it failed (or were refused at submission) in a row, with no
+    /// success between (`TransportOptions::max_consecutive_failures`).
+    ConsecutiveFailures {
+        /// Failures in a row.
+        count: u32,
+        /// The last one.
+        last: FailureReason,
+    },
+}
+
+impl fmt::Display for PeerFault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerFault::RemoteDisconnect(m) => write!(f, "remote disconnect: {m}"),
+            PeerFault::Stalled(d) => write!(
+                f,
+                "stalled: transfers in flight and none completed for {d:?}; its connection was cut"
+            ),
+            PeerFault::StateCheck(m) => write!(f, "a transfer's state check failed: {m}"),
+            PeerFault::ConsecutiveFailures { count, last } => {
+                write!(f, "{count} consecutive transfer failures (last: {last})")
+            }
+        }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockwire_core::{
-    Backend, CancelMode, FailureReason, PeerId, PollResult, TransferId, XferState,
+    Backend, CancelMode, FailureReason, PeerFault, PeerId, PollResult, TransferId, XferState,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -23,6 +23,9 @@ pub(crate) struct Tracked<B: Backend> {
     /// The first terminal state the backend reported; kept so a transfer whose release is
     /// refused reports what it first said once it is finally released.
     outcome: Option<XferState>,
+    /// Its peer was removed (or replaced) while it still ran: it reports `PeerRemoved`,
+    /// whatever the backend says later. One that had completed before reports its outcome.
+    removed: bool,
 }
 
 impl<B: Backend> Tracked<B> {
@@ -31,14 +34,19 @@ impl<B: Backend> Tracked<B> {
             xfer,
             conn,
             outcome: None,
+            removed: false,
         }
     }
 
-    /// Observes the transfer once and remembers the first terminal state.
+    /// Observes the transfer once and remembers the first terminal state, which also counts
+    /// toward its peer's health (unless the peer was removed meanwhile).
     fn observe(&mut self, backend: &B) -> bool {
         if self.outcome.is_none() {
             let state = backend.state(&mut self.xfer);
             if state.is_terminal() {
+                if !self.removed && !self.conn.is_retired() {
+                    self.conn.observed(&state);
+                }
                 self.outcome = Some(state);
             }
         }
@@ -54,13 +62,19 @@ impl<B: Backend> Tracked<B> {
             xfer,
             conn,
             outcome,
+            removed,
         } = self;
         match backend.release(xfer) {
-            Ok(()) => Ok(Released { conn, outcome }),
+            Ok(()) => Ok(Released {
+                conn,
+                outcome,
+                removed,
+            }),
             Err(xfer) => Err(Tracked {
                 xfer,
                 conn,
                 outcome,
+                removed,
             }),
         }
     }
@@ -71,13 +85,14 @@ impl<B: Backend> Tracked<B> {
 pub(crate) struct Released<B: Backend> {
     pub(crate) conn: Arc<PeerConn<B>>,
     outcome: Option<XferState>,
+    removed: bool,
 }
 
 impl<B: Backend> Released<B> {
-    /// The id's report: a retired peer's transfers fail with `PeerRemoved` whatever the
-    /// backend said.
+    /// The id's report: a transfer still running when its peer was removed fails with
+    /// `PeerRemoved` whatever the backend said; one that had completed reports its outcome.
     fn report(&self, stall_timeout: Option<Duration>) -> Result<(), FailureReason> {
-        if self.conn.is_retired() {
+        if self.removed {
             return Err(FailureReason::PeerRemoved);
         }
         match &self.outcome {
@@ -152,6 +167,7 @@ impl<B: Backend> PeerTransfers<B> {
             if t.outcome.is_some() || t.conn.is_retired() || !t.conn.stall() {
                 continue;
             }
+            t.conn.fault(PeerFault::Stalled(limit));
             let cut = t.conn.peer().is_some_and(|p| backend.fail_peer(p));
             if cut {
                 tracing::warn!(%peer, ?limit, "no transfer completed: connection cut");
@@ -324,16 +340,28 @@ impl<B: Backend> Inflight<B> {
         (still, released)
     }
 
-    /// Asks every running transfer to `conn` to stop (the peer was unpublished).
+    /// Asks every running transfer to `conn` to stop (the peer was unpublished); each will
+    /// report `PeerRemoved`. Those that had already completed keep their outcome.
     pub(crate) fn abort_peer(&self, backend: &B, conn: &Arc<PeerConn<B>>) {
         let entry = self.by_peer.read().get(&conn.id).cloned();
         if let Some(entry) = entry {
             let mut guard = entry.lock();
             for t in guard.tracked.values_mut() {
                 if Arc::ptr_eq(&t.conn, conn) && !t.observe(backend) {
+                    t.removed = true;
                     backend.abort(&mut t.xfer);
                 }
             }
+        }
+    }
+
+    /// Transfers posted and not yet reported (or taken by a cancel), of `peer` or of every
+    /// peer.
+    pub(crate) fn count(&self, peer: Option<&PeerId>) -> usize {
+        let map = self.by_peer.read();
+        match peer {
+            Some(p) => map.get(p).map_or(0, |e| e.lock().tracked.len()),
+            None => map.values().map(|e| e.lock().tracked.len()).sum(),
         }
     }
 

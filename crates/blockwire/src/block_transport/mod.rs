@@ -54,6 +54,8 @@ struct Shared<B: Backend> {
     next_id: AtomicU64,
     fingerprint: String,
     close_timeout: Duration,
+    /// `TransportOptions::max_consecutive_failures`.
+    max_failures: u32,
     backend: Arc<B>,
     /// Declared after `backend`: fields drop in order, so the backend (and its threads) are
     /// gone before the memory is freed.
@@ -98,6 +100,7 @@ impl<B: Backend> BlockTransport<B> {
             next_id: AtomicU64::new(1),
             fingerprint,
             close_timeout: options.close_timeout,
+            max_failures: options.max_consecutive_failures,
             backend,
             region,
         });
@@ -161,6 +164,12 @@ impl<B: Backend> BlockTransport<B> {
             .lock()
             .get(peer)
             .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+        if let Some(fault) = conn.current_fault() {
+            return Err(Error::PeerFaulted {
+                peer: peer.clone(),
+                fault,
+            });
+        }
         validate::check_indices(
             op,
             peer,
@@ -175,10 +184,13 @@ impl<B: Backend> BlockTransport<B> {
         let xfer = s
             .backend
             .post(backend_peer, op, local, remote)
-            .map_err(|source| Error::Submit {
-                peer: peer.clone(),
-                op,
-                source,
+            .map_err(|source| {
+                conn.refused(&source);
+                Error::Submit {
+                    peer: peer.clone(),
+                    op,
+                    source,
+                }
             })?;
         let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
         s.inflight
@@ -210,9 +222,11 @@ impl<B: Backend> BlockTransport<B> {
                     pending = inflight::release_stopped(&shared.backend, pending, &mut released);
                 }
                 drop(released);
+                shared.revoke();
                 tracing::info!(
                     backend = shared.backend.kind(),
-                    "forced close: every transfer stopped and was released"
+                    "forced close: every transfer stopped and was released; remote access \
+                     revoked"
                 );
                 drop(shared);
             });
@@ -224,6 +238,16 @@ impl<B: Backend> BlockTransport<B> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// Revokes every peer's access to the region (close, once no transfer is held).
+    fn revoke(&self) {
+        self.backend.revoke();
+        tracing::debug!(
+            backend = self.backend.kind(),
+            complete = self.backend.capabilities().revoke,
+            "remote access to the region revoked"
+        );
+    }
+
     /// The gate, shared, if the transport is open.
     fn open(&self) -> Result<parking_lot::RwLockReadGuard<'_, ()>> {
         let guard = self.gate.read();
@@ -264,6 +288,7 @@ impl<B: Backend> Shared<B> {
                     Arc::new(PeerConn::new(
                         peer.clone(),
                         desc.num_blocks,
+                        self.max_failures,
                         p,
                         self.backend.clone(),
                     ))
@@ -427,7 +452,15 @@ impl<B: Backend> Transport for BlockTransport<B> {
         // Each peer's list is in id order; `poll(None)` joins several.
         drained.result.done.sort_unstable();
         drained.result.failed.sort_unstable_by_key(|(id, _)| *id);
+        // After the drain: a verdict it reached is reported at once.
+        drained.result.peer_fault = peer
+            .and_then(|p| s.peers.lock().get(p))
+            .and_then(|conn| conn.current_fault());
         Ok(drained.result)
+    }
+
+    fn in_flight(&self, peer: Option<&PeerId>) -> usize {
+        self.shared.inflight.count(peer)
     }
 
     fn cancel(&self, ids: &[TransferId], mode: CancelMode) -> Result<Vec<TransferId>> {
@@ -481,17 +514,22 @@ impl<B: Backend> Transport for BlockTransport<B> {
         let (released, running): (Vec<Released<B>>, _) =
             s.inflight.drain_for_close(&s.backend, deadline);
         drop(released);
-        if !running.is_empty() {
+        // 4. Disconnect the peers, then revoke remote access to the region (both outside
+        //    every lock), or leave both to the reaper.
+        drop(conns);
+        if running.is_empty() {
+            s.revoke();
+        } else {
             tracing::warn!(
                 backend = s.backend.kind(),
                 running = running.len(),
                 timeout_ms = s.close_timeout.as_millis() as u64,
                 "close forced: transfers still running at the deadline; a reaper thread keeps \
-                 them, their peers, the backend and the region until they stop"
+                 them, their peers, the backend and the region until they stop, then revokes \
+                 remote access: until then peers may still reach the region"
             );
             self.reap_later(running);
         }
-        drop(conns);
         tracing::debug!(backend = s.backend.kind(), "transport closed");
         Ok(())
     }

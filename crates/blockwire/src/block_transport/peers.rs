@@ -2,9 +2,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
-use blockwire_core::{Backend, PeerId};
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, FailureReason, PeerFault, PeerId, XferState,
+};
+use parking_lot::Mutex;
 
 /// A connected, published (or once published) peer. The backend peer is disconnected when the
 /// last holder drops it: the peer table while published, and every transfer posted to it
@@ -19,19 +22,87 @@ pub(crate) struct PeerConn<B: Backend> {
     /// Set once the stall watchdog cut the connection: its failed transfers report a remote
     /// disconnect.
     stalled: AtomicBool,
+    /// The verdict once this registration was judged unusable; kept until it is unpublished.
+    fault: Mutex<Option<PeerFault>>,
+    /// Transfer failures in a row, with no success between.
+    strikes: AtomicU32,
+    /// `TransportOptions::max_consecutive_failures`.
+    max_failures: u32,
     peer: Option<B::Peer>,
     backend: Arc<B>,
 }
 
 impl<B: Backend> PeerConn<B> {
-    pub(crate) fn new(id: PeerId, num_blocks: u32, peer: B::Peer, backend: Arc<B>) -> Self {
+    pub(crate) fn new(
+        id: PeerId,
+        num_blocks: u32,
+        max_failures: u32,
+        peer: B::Peer,
+        backend: Arc<B>,
+    ) -> Self {
         PeerConn {
             id,
             num_blocks,
             retired: AtomicBool::new(false),
             stalled: AtomicBool::new(false),
+            fault: Mutex::new(None),
+            strikes: AtomicU32::new(0),
+            max_failures,
             peer: Some(peer),
             backend,
+        }
+    }
+
+    /// The verdict, if the peer was judged unusable.
+    pub(crate) fn current_fault(&self) -> Option<PeerFault> {
+        self.fault.lock().clone()
+    }
+
+    /// Judges the peer unusable; the first verdict stays.
+    pub(crate) fn fault(&self, fault: PeerFault) {
+        let mut slot = self.fault.lock();
+        if slot.is_none() {
+            tracing::warn!(peer = %self.id, %fault, "peer judged unusable");
+            *slot = Some(fault);
+        }
+    }
+
+    /// Counts a transfer's first terminal state toward the peer's health: a success clears
+    /// the strikes; a remote disconnect or a failed state check faults the peer at once;
+    /// another failure is a strike, and `max_failures` strikes in a row fault it. A transfer
+    /// stopped on request (aborted, or its peer removed) says nothing about the peer.
+    pub(crate) fn observed(&self, state: &XferState) {
+        match state {
+            XferState::Running => {}
+            XferState::Done => self.strikes.store(0, Ordering::SeqCst),
+            XferState::Failed(reason) => match reason {
+                FailureReason::RemoteDisconnect(m) => {
+                    self.fault(PeerFault::RemoteDisconnect(m.clone()))
+                }
+                FailureReason::StateCheck(m) => self.fault(PeerFault::StateCheck(m.clone())),
+                FailureReason::Aborted | FailureReason::PeerRemoved => {}
+                other => self.strike(other.clone()),
+            },
+        }
+    }
+
+    /// Counts a post the backend refused (see [`PeerConn::observed`]).
+    pub(crate) fn refused(&self, error: &BackendError) {
+        match error.kind() {
+            BackendErrorKind::RemoteDisconnect => {
+                self.fault(PeerFault::RemoteDisconnect(error.message().to_owned()))
+            }
+            _ => self.strike(FailureReason::Backend(format!(
+                "submission refused: {}",
+                error.message()
+            ))),
+        }
+    }
+
+    fn strike(&self, last: FailureReason) {
+        let count = self.strikes.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.max_failures > 0 && count >= self.max_failures {
+            self.fault(PeerFault::ConsecutiveFailures { count, last });
         }
     }
 
