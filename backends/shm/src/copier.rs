@@ -9,6 +9,7 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op, XferStat
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 
+use crate::lease::Lease;
 use crate::live::LiveRegion;
 use crate::process::{self, Piece};
 use blockwire_core::process::PeerProcess;
@@ -17,8 +18,14 @@ use blockwire_core::process::PeerProcess;
 pub(crate) enum Target {
     /// In this process: direct copies while the region is pinned registered.
     Local(Arc<LiveRegion>),
-    /// In another process: `process_vm_writev`/`readv`.
-    Remote(PeerProcess),
+    /// In another process: `process_vm_writev`/`readv`, each chunk counted in on the
+    /// region's lease.
+    Remote {
+        /// The peer process.
+        proc: PeerProcess,
+        /// Its region's lease.
+        lease: Lease,
+    },
 }
 
 const QUEUED: u8 = 0;
@@ -184,7 +191,13 @@ fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
                     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, p.len) };
                 }
             }
-            Target::Remote(proc) => {
+            Target::Remote { proc, lease } => {
+                let Some(_entered) = lease.enter() else {
+                    return Err(FailureReason::RemoteDisconnect(format!(
+                        "the peer's region in process {} was revoked (its transport closed)",
+                        proc.pid()
+                    )));
+                };
                 if proc.has_exited() {
                     return Err(FailureReason::RemoteDisconnect(format!(
                         "process {} exited",

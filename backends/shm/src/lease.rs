@@ -1,0 +1,183 @@
+//! The lease: one page of memory shared between a region's backend and the peer processes
+//! that copy into or out of the region, so the region's close can revoke them.
+//!
+//! `process_vm_writev` reaches any memory of a peer process with the right to it, whatever
+//! the peer has registered; nothing in the kernel stops a writer once the peer frees its
+//! region. The lease does: the region's backend creates a sealed memfd page at open and names
+//! its file descriptor in the identity record a connecting peer reads; the peer duplicates
+//! that descriptor (`pidfd_getfd`) and maps the page. Around every chunk it copies, a peer
+//! counts itself in (`active`) and then checks `revoked`; the region's close sets `revoked`
+//! and then waits until `active` is zero. With sequentially consistent operations on both
+//! sides, either the writer sees `revoked` (and copies nothing), or the closer sees the writer
+//! counted in (and waits for its chunk): no chunk starts after close returns.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use blockwire_core::process::PeerProcess;
+use blockwire_core::{BackendError, BackendErrorKind};
+
+const LEASE_MAGIC: u64 = u64::from_le_bytes(*b"BWLEASE1");
+const PAGE: usize = 4096;
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// The shared words, at the start of the page.
+#[repr(C)]
+struct Words {
+    magic: AtomicU64,
+    /// Non-zero once the region's backend revoked access.
+    revoked: AtomicU32,
+    /// Copies in progress, over every peer process.
+    active: AtomicU32,
+}
+
+/// A mapping of a lease page: the region's own (with its file descriptor) or a peer's.
+pub(crate) struct Lease {
+    words: NonNull<Words>,
+    /// The memfd, kept open by the region's backend so that peers can duplicate it.
+    fd: Option<OwnedFd>,
+}
+
+// SAFETY: the mapping is only accessed through atomics, from any thread; it is unmapped once,
+// on drop.
+unsafe impl Send for Lease {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for Lease {}
+
+/// A copy counted in; counts itself out when dropped.
+pub(crate) struct Entered<'a>(&'a Words);
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+fn os_error(what: &str) -> BackendError {
+    BackendError::from_io(what, &io::Error::last_os_error())
+}
+
+/// Maps `fd`'s page shared.
+fn map(fd: &OwnedFd) -> Result<NonNull<Words>, BackendError> {
+    // SAFETY: a fresh shared mapping of one page of a live fd; no existing memory is touched.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_error("mapping the shm lease page"));
+    }
+    NonNull::new(p.cast::<Words>()).ok_or_else(|| BackendError::other("mmap returned null"))
+}
+
+impl Lease {
+    /// A new lease page for this process's region (not revoked, no copy active).
+    pub(crate) fn create() -> Result<Self, BackendError> {
+        // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
+        let fd = unsafe {
+            libc::memfd_create(
+                c"blockwire-shm-lease".as_ptr(),
+                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+            )
+        };
+        if fd < 0 {
+            return Err(os_error("memfd_create for the shm lease"));
+        }
+        // SAFETY: `fd` was just created and is owned by nobody else.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscalls on the fd just created.
+        let sized = unsafe {
+            libc::ftruncate(fd.as_raw_fd(), PAGE as libc::off_t) == 0
+                && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) == 0
+        };
+        if !sized {
+            return Err(os_error("sizing and sealing the shm lease"));
+        }
+        let words = map(&fd)?;
+        // SAFETY: the page is mapped, zeroed by the kernel, and aligned; atomics of it are
+        // valid (all-zero is a valid value of each).
+        unsafe { words.as_ref() }
+            .magic
+            .store(LEASE_MAGIC, Ordering::SeqCst);
+        Ok(Lease {
+            words,
+            fd: Some(fd),
+        })
+    }
+
+    /// The file descriptor a peer duplicates (the region's own lease only).
+    pub(crate) fn fd(&self) -> i32 {
+        self.fd.as_ref().map_or(-1, |f| f.as_raw_fd())
+    }
+
+    /// Maps the lease of the region of `proc` whose file descriptor is `fd` there. Refused
+    /// unless it is a sealed page holding the lease magic.
+    pub(crate) fn attach(proc: &PeerProcess, fd: i32) -> Result<Self, BackendError> {
+        let bad = |why: &str| {
+            BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                format!("process {}: {why}", proc.pid()),
+            )
+        };
+        let dup = proc.duplicate_fd(fd)?;
+        // SAFETY: plain fcntl on a live fd; EINVAL for anything that is not a memfd.
+        let seals = unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_GET_SEALS) };
+        if seals < 0 || seals & SEALS != SEALS {
+            return Err(bad(
+                "the descriptor named as its lease is not a sealed memfd",
+            ));
+        }
+        let words = map(&dup)?;
+        let lease = Lease { words, fd: None };
+        if lease.words().magic.load(Ordering::SeqCst) != LEASE_MAGIC {
+            return Err(bad("its lease page does not hold the lease magic"));
+        }
+        Ok(lease)
+    }
+
+    fn words(&self) -> &Words {
+        // SAFETY: mapped for the lease's lifetime, aligned, and only accessed through atomics.
+        unsafe { self.words.as_ref() }
+    }
+
+    /// Counts one copy in, unless access was revoked.
+    pub(crate) fn enter(&self) -> Option<Entered<'_>> {
+        let w = self.words();
+        w.active.fetch_add(1, Ordering::SeqCst);
+        let entered = Entered(w);
+        (w.revoked.load(Ordering::SeqCst) == 0).then_some(entered)
+    }
+
+    /// Revokes access, then waits (up to `bound`) for the copies counted in to finish.
+    /// Returns whether they did; a copy that does not finish belongs to a peer process that
+    /// stopped (or died) in the middle of one.
+    pub(crate) fn revoke(&self, bound: Duration) -> bool {
+        let w = self.words();
+        w.revoked.store(1, Ordering::SeqCst);
+        let deadline = Instant::now() + bound;
+        while w.active.load(Ordering::SeqCst) != 0 {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        // SAFETY: the page was mapped by `map` and is unmapped once; no `Entered` outlives the
+        // lease (it borrows it).
+        unsafe { libc::munmap(self.words.as_ptr().cast(), PAGE) };
+    }
+}
