@@ -1,9 +1,9 @@
-//! The ucx backend's address bytes: the UCP worker address and the packed remote key of the
-//! whole region.
+//! The ucx backend's address bytes: the UCP worker address, the packed remote key of the
+//! whole region, and the region that key covers.
 
-use blockwire_core::{BackendError, BackendErrorKind};
+use blockwire_core::{BackendError, BackendErrorKind, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"UCX1";
+const MAGIC: &[u8; 4] = b"UCX2";
 /// Bound on each part, far above what UCX produces (a few hundred bytes).
 const MAX_PART: usize = 1 << 20;
 
@@ -12,16 +12,21 @@ const MAX_PART: usize = 1 << 20;
 pub(crate) struct UcxAddress {
     pub(crate) worker: Vec<u8>,
     pub(crate) rkey: Vec<u8>,
+    /// What `rkey` was packed for.
+    pub(crate) region: RegisteredRegion,
 }
 
 impl UcxAddress {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(12 + self.worker.len() + self.rkey.len());
+        let mut out = Vec::with_capacity(
+            12 + RegisteredRegion::ENCODED_LEN + self.worker.len() + self.rkey.len(),
+        );
         out.extend_from_slice(MAGIC);
         for part in [&self.worker, &self.rkey] {
             out.extend_from_slice(&(part.len() as u32).to_le_bytes());
             out.extend_from_slice(part);
         }
+        self.region.encode(&mut out);
         out
     }
 
@@ -35,6 +40,7 @@ impl UcxAddress {
         let rest = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("bad magic"))?;
         let (worker, rest) = part(rest).ok_or_else(|| bad("worker address truncated"))?;
         let (rkey, rest) = part(rest).ok_or_else(|| bad("remote key truncated"))?;
+        let (region, rest) = RegisteredRegion::decode(rest)?;
         if !rest.is_empty() {
             return Err(bad("trailing bytes"));
         }
@@ -44,6 +50,7 @@ impl UcxAddress {
         Ok(UcxAddress {
             worker: worker.to_vec(),
             rkey: rkey.to_vec(),
+            region,
         })
     }
 }
@@ -66,6 +73,11 @@ mod tests {
         let a = UcxAddress {
             worker: vec![1, 2, 3],
             rkey: vec![4, 5],
+            region: RegisteredRegion {
+                base_addr: 4096,
+                num_blocks: 2,
+                block_len: 64,
+            },
         };
         let bytes = a.to_bytes();
         assert_eq!(UcxAddress::from_bytes(&bytes), Ok(a));

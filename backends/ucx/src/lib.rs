@@ -21,6 +21,17 @@
 //!   once.
 //! - **Cancel**: UCX cannot cancel an RMA in flight, so [`Capabilities::abort`] is false and a
 //!   transfer reports busy to `release` until its flush completes.
+//! - **Revocation** (close): UCX 1.13 has no way to invalidate a remote key, and on memory it
+//!   did not allocate, and over TCP, it emulates a peer's put and get with active messages
+//!   that this side's worker serves by copying to or from whatever address the message names
+//!   (the key is not checked). So close stops the progress thread, destroys the worker (its
+//!   connections close: a peer's transfers over TCP fail as a remote disconnect; over shared
+//!   memory without peer error handling they stall until the peer's watchdog cuts them) and
+//!   unmaps the region: nothing serves a peer's put or get afterwards. Memory UCX allocated
+//!   ([`UcxBackend::open_allocated`]) is mapped by same-host peers over `posix`/`sysv`, which
+//!   then write into it directly, with nothing this side can stop: it stays mapped until the
+//!   transport is dropped (and is then unmapped here, leaving peers writing into pages no
+//!   longer in this process), so [`Capabilities::revoke`] is false for it unless `tls=tcp`.
 //!
 //! ## Options
 //!
@@ -88,7 +99,7 @@ use std::time::{Duration, Instant};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, PostedTransfers, RegionSpan,
-    XferState,
+    RegisteredRegion, XferState,
 };
 use ucx_sys::*;
 
@@ -109,6 +120,8 @@ pub struct UcxBackend {
     ucx: Arc<Ucx>,
     counts: LiveCounts,
     peer_errors: bool,
+    /// Close revokes every peer's access (see the crate docs).
+    revokes: bool,
 }
 
 /// A connected peer: an endpoint and the unpacked remote key of its region.
@@ -291,6 +304,9 @@ impl UcxBackend {
             .map_err(open_err)?
             .unwrap_or(true);
         options.finish(KIND).map_err(open_err)?;
+        // A same-host peer writes straight into memory UCX allocated, over any shared-memory
+        // transport UCX may choose (see the crate docs).
+        let revokes = matches!(memory, Memory::Caller(_)) || tls.as_deref() == Some("tcp");
         let settings = Settings {
             tls,
             net_devices,
@@ -314,6 +330,7 @@ impl UcxBackend {
             ucx,
             counts: LiveCounts::default(),
             peer_errors,
+            revokes,
         })
     }
 }
@@ -331,6 +348,7 @@ impl Backend for UcxBackend {
         c.read = true;
         c.cross_process = true;
         c.remote_disconnect = self.peer_errors;
+        c.revoke = self.revokes;
         c
     }
 
@@ -338,12 +356,15 @@ impl Backend for UcxBackend {
         UcxAddress {
             worker: self.ucx.worker_address.clone(),
             rkey: self.ucx.rkey.clone(),
+            region: RegisteredRegion::of(&self.span),
         }
         .to_bytes()
     }
 
     fn connect(&self, desc: &PeerDescriptor) -> Result<UcxPeer, BackendError> {
         let addr = UcxAddress::from_bytes(&desc.address)?;
+        addr.region.check(desc)?;
+        let worker = self.ucx.worker().ok_or_else(revoked)?;
         let health = Arc::into_raw(Arc::new(PeerHealth {
             status: AtomicI8::new(UCS_OK),
         }));
@@ -366,7 +387,7 @@ impl Backend for UcxBackend {
         let mut ep: ucp_ep_h = ptr::null_mut();
         // SAFETY: a live worker; `params` points to the worker address bytes, which UCX copies
         // during the call; `health` stays alive until the endpoint is closed.
-        let status = unsafe { ucp_ep_create(self.ucx.worker, &params, &mut ep) };
+        let status = unsafe { ucp_ep_create(worker.raw(), &params, &mut ep) };
         if status != UCS_OK {
             // SAFETY: no endpoint holds `health`; reclaim the Arc leaked above.
             drop(unsafe { Arc::from_raw(health) });
@@ -390,6 +411,7 @@ impl Backend for UcxBackend {
             posted: PostedTransfers::default(),
             _live: self.counts.peer(),
         };
+        drop(worker);
         if status != UCS_OK {
             peer.rkey = ptr::null_mut();
             close_peer(peer);
@@ -419,6 +441,8 @@ impl Backend for UcxBackend {
         if health != UCS_OK || *link != Link::Open {
             return Err(status::error("peer endpoint failed", health));
         }
+        // Held through the flush: the endpoint and key are the worker's.
+        let worker = self.ucx.worker().ok_or_else(revoked)?;
         let block_len = self.span.block_len();
         // Every index is checked before the first operation is posted.
         let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
@@ -488,9 +512,8 @@ impl Backend for UcxBackend {
             drop(unsafe { Arc::from_raw(user_data) });
             shared.complete(UCS_PTR_STATUS(request));
         }
-        {
-            peer.posted.push(&shared);
-        }
+        peer.posted.push(&shared);
+        drop(worker);
         drop(link);
         self.ucx.kick();
         Ok(UcxXfer {
@@ -527,22 +550,43 @@ impl Backend for UcxBackend {
             Ordering::AcqRel,
             Ordering::Acquire,
         );
-        // SAFETY: no post runs (the write lock); the key and endpoint are live and released
-        // here once (`close_peer` skips a cut link). A forced close completes every operation
-        // outstanding on the endpoint with an error, so each transfer's flush callback runs.
+        // SAFETY: no post runs (the write lock); the key and endpoint are live (or died with
+        // a revoked worker, which `force_close` checks) and released here once (`close_peer`
+        // skips a cut link). A forced close completes every operation outstanding on the
+        // endpoint with an error, so each transfer's flush callback runs.
         let closed = unsafe { force_close(peer) };
-        *link = Link::Cut { closed };
-        if closed {
-            // The endpoint is gone, and with it every operation posted on it: UCX touches
-            // none of their buffers again, but it does not complete their flushes either
-            // (their callbacks' `Arc`s are leaked), so they end here.
-            for c in peer.posted.take() {
-                if c.state.load(Ordering::Acquire) == RUNNING {
-                    c.complete(UCS_ERR_CANCELED);
-                }
+        *link = Link::Cut {
+            closed: closed == ForceClose::Closed,
+        };
+        match closed {
+            ForceClose::Closed => {
+                // The endpoint is gone, and with it every operation posted on it: UCX touches
+                // none of their buffers again, but it does not complete their flushes either
+                // (their callbacks' `Arc`s are leaked), so they end here.
+                fail_posted(peer);
             }
+            ForceClose::Refused(status) => {
+                // UCX 1.13 force-closes only endpoints with peer error handling: this one
+                // stays, with its operations (for a peer that died, or whose worker was
+                // destroyed, they never complete). Their transfers end here so that they
+                // surface; the worker, which still holds them, is never destroyed (UCX 1.13
+                // crashes destroying a worker with such operations), only never progressed
+                // again once revoked.
+                tracing::warn!(
+                    error = %status_string(status),
+                    "ucx: the stalled peer's endpoint cannot be closed (no peer error \
+                     handling); its transfers are failed and its operations abandoned"
+                );
+                self.ucx.abandon();
+                fail_posted(peer);
+            }
+            ForceClose::TimedOut => {}
         }
         true
+    }
+
+    fn revoke(&self) {
+        self.ucx.revoke();
     }
 
     fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {
@@ -569,8 +613,15 @@ fn close_peer(peer: UcxPeer) {
         }
         return;
     }
-    // SAFETY: the key and endpoint are live and released once; no transfer to this peer is
-    // held (the generic layer disconnects only after every transfer is released).
+    let Some(worker) = peer.ucx.worker() else {
+        // The worker was revoked: it destroyed the endpoint and key, and no callback runs.
+        // SAFETY: as above, the error callback can no longer run.
+        drop(unsafe { Arc::from_raw(peer.health) });
+        return;
+    };
+    // SAFETY: the key and endpoint are live (the worker guard) and released once; no transfer
+    // to this peer is held (the generic layer disconnects only after every transfer is
+    // released).
     unsafe {
         if !peer.rkey.is_null() {
             ucp_rkey_destroy(peer.rkey);
@@ -588,7 +639,7 @@ fn close_peer(peer: UcxPeer) {
         if !closed {
             let deadline = Instant::now() + Duration::from_secs(2);
             while ucp_request_check_status(request) == UCS_INPROGRESS && Instant::now() < deadline {
-                peer.ucx.progress_once();
+                worker.progress();
             }
             closed = ucp_request_check_status(request) != UCS_INPROGRESS;
             ucp_request_free(request);
@@ -601,14 +652,39 @@ fn close_peer(peer: UcxPeer) {
     }
 }
 
+/// Fails every transfer posted to `peer` that is still running (its operations will not be
+/// completed by UCX).
+fn fail_posted(peer: &UcxPeer) {
+    for c in peer.posted.take() {
+        if c.state.load(Ordering::Acquire) == RUNNING {
+            c.complete(UCS_ERR_CANCELED);
+        }
+    }
+}
+
+/// What a forced close did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ForceClose {
+    /// The endpoint is closed (or died with a revoked worker).
+    Closed,
+    /// Still closing at the deadline.
+    TimedOut,
+    /// UCX refused (an endpoint without peer error handling): it stays open.
+    Refused(ucs_status_t),
+}
+
 /// Destroys the peer's key and closes its endpoint by force, progressing until UCX is done
-/// with it (bounded); returns whether the close finished.
+/// with it (bounded).
 ///
 /// # Safety
 ///
-/// The key and endpoint are live, no post uses them, and neither is used again.
-unsafe fn force_close(peer: &UcxPeer) -> bool {
-    // SAFETY: per this function's contract.
+/// The key and endpoint are live unless the worker was revoked, no post uses them, and
+/// neither is used again.
+unsafe fn force_close(peer: &UcxPeer) -> ForceClose {
+    let Some(worker) = peer.ucx.worker() else {
+        return ForceClose::Closed;
+    };
+    // SAFETY: per this function's contract; the worker guard keeps them live.
     unsafe {
         if !peer.rkey.is_null() {
             ucp_rkey_destroy(peer.rkey);
@@ -619,15 +695,30 @@ unsafe fn force_close(peer: &UcxPeer) -> bool {
             ..Default::default()
         };
         let request = ucp_ep_close_nbx(peer.ep, &params);
+        if UCS_PTR_IS_ERR(request) {
+            return ForceClose::Refused(UCS_PTR_STATUS(request));
+        }
         if !UCS_PTR_IS_PTR(request) {
-            return true;
+            return ForceClose::Closed;
         }
         let deadline = Instant::now() + Duration::from_secs(2);
         while ucp_request_check_status(request) == UCS_INPROGRESS && Instant::now() < deadline {
-            peer.ucx.progress_once();
+            worker.progress();
         }
         let closed = ucp_request_check_status(request) != UCS_INPROGRESS;
         ucp_request_free(request);
-        closed
+        if closed {
+            ForceClose::Closed
+        } else {
+            ForceClose::TimedOut
+        }
     }
+}
+
+/// Why a call finds the worker gone.
+fn revoked() -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Unsupported,
+        "the transport closed: its UCX worker was destroyed",
+    )
 }

@@ -4,9 +4,10 @@ use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use blockwire_core::{BackendError, BackendErrorKind, ProgressThread, RegionSpan};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use ucx_sys::*;
 
 use crate::status::{check, error};
@@ -54,16 +55,46 @@ struct WorkerPtr(ucp_worker_h);
 unsafe impl Send for WorkerPtr {}
 
 /// Everything UCX: dropped last, after every peer and transfer (they hold an `Arc` of it).
+///
+/// The worker can be revoked before that ([`Ucx::revoke`]): destroying it is what stops
+/// peers from reaching the region (UCX emulates their puts and gets with active messages that
+/// this worker's progress serves, copying to and from whatever address the message names).
 pub(crate) struct Ucx {
     pub(crate) context: ucp_context_h,
-    pub(crate) worker: ucp_worker_h,
+    worker: ucp_worker_h,
     memh: ucp_mem_h,
+    /// UCX allocated the region (`Memory::Allocate`): it stays mapped until drop.
+    allocated: bool,
     /// The worker's address, for descriptors.
     pub(crate) worker_address: Vec<u8>,
     /// The packed remote key of the whole region, for descriptors.
     pub(crate) rkey: Vec<u8>,
-    progress: Option<ProgressThread>,
+    progress: Mutex<Option<ProgressThread>>,
     pub(crate) mode: Progress,
+    /// `true` while the worker lives. Every call on the worker holds it shared
+    /// ([`Ucx::worker`]); `revoke` takes it exclusively and destroys the worker.
+    live: RwLock<bool>,
+    /// A cut left operations in the worker that UCX will never complete ([`Ucx::abandon`]).
+    abandoned: AtomicBool,
+}
+
+/// The worker, held alive (not revoked) for as long as the guard lives.
+pub(crate) struct Worker<'a> {
+    _live: RwLockReadGuard<'a, bool>,
+    raw: ucp_worker_h,
+}
+
+impl Worker<'_> {
+    /// The worker handle; valid while the guard lives.
+    pub(crate) fn raw(&self) -> ucp_worker_h {
+        self.raw
+    }
+
+    /// Progresses the worker once.
+    pub(crate) fn progress(&self) -> u32 {
+        // SAFETY: a live, thread-safe worker (the guard keeps revoke out).
+        unsafe { ucp_worker_progress(self.raw) }
+    }
 }
 
 // SAFETY: the context is used only for rkey packing at open and cleanup at drop; the worker is
@@ -124,10 +155,13 @@ impl Ucx {
             context,
             worker: ptr::null_mut(),
             memh: ptr::null_mut(),
+            allocated: matches!(memory, Memory::Allocate { .. }),
             worker_address: Vec::new(),
             rkey: Vec::new(),
-            progress: None,
+            progress: Mutex::new(None),
             mode: settings.progress,
+            live: RwLock::new(true),
+            abandoned: AtomicBool::new(false),
         };
         // From here on, `ucx`'s Drop releases whatever was made.
         let wparams = ucp_worker_params_t {
@@ -199,34 +233,115 @@ impl Ucx {
             let worker = WorkerPtr(ucx.worker);
             let thread = ProgressThread::spawn("ucx", settings.idle_sleep, move || {
                 let worker = &worker;
-                // SAFETY: the worker outlives this thread: `Ucx::drop` stops and joins it first.
+                // SAFETY: the worker outlives this thread: `Ucx::revoke` and `Ucx::drop`
+                // stop and join it before they destroy the worker.
                 unsafe { ucp_worker_progress(worker.0) as usize }
             })
             .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-            ucx.progress = Some(thread);
+            *ucx.progress.get_mut() = Some(thread);
         }
         Ok((Arc::new(ucx), base))
     }
 
+    /// The worker, unless it was revoked.
+    pub(crate) fn worker(&self) -> Option<Worker<'_>> {
+        let live = self.live.read();
+        (*live).then(|| Worker {
+            _live: live,
+            raw: self.worker,
+        })
+    }
+
     /// Wakes the progress thread (after a post, so it spins instead of sleeping).
     pub(crate) fn kick(&self) {
-        if let Some(t) = &self.progress {
+        if let Some(t) = &*self.progress.lock() {
             t.kick();
         }
     }
 
-    /// Progresses the worker once from the calling thread.
+    /// Progresses the worker once from the calling thread (nothing once revoked).
     pub(crate) fn progress_once(&self) -> u32 {
-        // SAFETY: a live, thread-safe worker.
-        unsafe { ucp_worker_progress(self.worker) }
+        self.worker().map_or(0, |w| w.progress())
+    }
+
+    /// Records that operations were abandoned in the worker (a cut endpoint UCX could not
+    /// close): UCX 1.13 crashes destroying a worker that holds such operations, so this one
+    /// is left undestroyed (and, once revoked, never progressed again), with its context.
+    pub(crate) fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+    }
+
+    /// Revokes remote access to the region (idempotent): waits for every call on the worker
+    /// to finish, stops the progress thread, destroys the worker (which closes its
+    /// connections: peers' transfers to it fail, or stall until their watchdog cuts them) and
+    /// unmaps the caller's memory. No handler runs afterwards, so no peer's emulated put or
+    /// get touches the region. Endpoints and remote keys made on the worker die with it: their
+    /// owners must not release them (see [`Ucx::worker`]). Memory UCX allocated stays mapped
+    /// until drop, where it is freed.
+    pub(crate) fn revoke(&self) {
+        let mut live = self.live.write();
+        if !*live {
+            return;
+        }
+        *live = false;
+        // SAFETY: the exclusive guard: no call on the worker runs or starts.
+        unsafe { self.teardown_worker(!self.allocated) };
+    }
+
+    /// Stops the progress thread, then releases the worker and (if `unmap`) the region's
+    /// registration.
+    ///
+    /// # Safety
+    ///
+    /// No other call on the worker runs or will run, and this is called once.
+    unsafe fn teardown_worker(&self, unmap: bool) {
+        if let Some(mut t) = self.progress.lock().take() {
+            t.stop();
+        }
+        if self.worker.is_null() {
+            return;
+        }
+        if !self.abandoned.load(Ordering::Acquire) && !self.drain_worker(Duration::from_secs(2)) {
+            tracing::warn!(
+                "ucx: the worker still has work queued for peers after 2 s; it is abandoned \
+                 rather than destroyed under it"
+            );
+            self.abandon();
+        }
+        let abandoned = self.abandoned.load(Ordering::Acquire);
+        // SAFETY: per this function's contract; each handle is live and released once. The
+        // worker goes first: destroying it purges requests still pending on its endpoints
+        // (replies to a peer's gets, among them), which release registrations of the region.
+        unsafe {
+            if abandoned {
+                tracing::warn!(
+                    "ucx: the worker holds operations a cut abandoned; it is left undestroyed \
+                     (never progressed again) rather than crash UCX 1.13"
+                );
+            } else {
+                ucp_worker_destroy(self.worker);
+            }
+            if unmap && !self.memh.is_null() {
+                let status = ucp_mem_unmap(self.context, self.memh);
+                if status != UCS_OK {
+                    tracing::warn!(error = %error("ucp_mem_unmap", status), "ucx teardown");
+                }
+            }
+        }
     }
 }
 
 impl Ucx {
-    /// Flushes the whole worker, progressing it from this thread, for at most `limit`: wireup
-    /// messages of endpoints UCX made for peers (a reply still pending at destroy makes UCX 1.13
-    /// assert) get sent before the worker goes away.
-    fn drain_worker(&self, limit: Duration) {
+    /// Flushes the whole worker, then progresses it until nothing happens for [`QUIET`], from
+    /// this thread, for at most `limit` in all; returns whether it went quiet. Destroying a
+    /// worker purges what is still queued on its endpoints, and UCX 1.13 crashes purging some
+    /// of it: a wireup reply (it asserts), or a reply to a peer's emulated get (its request
+    /// never set a datatype, and the purge frees whatever the recycled request held). The
+    /// worker flush does not wait for either (the shared-memory transport's flush reports
+    /// done with sends queued), so the worker is progressed until a live peer has taken
+    /// everything queued for it.
+    fn drain_worker(&self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
         let done = std::sync::Arc::new(AtomicBool::new(false));
         let user_data = std::sync::Arc::into_raw(done.clone());
         let params = ucp_request_param_t {
@@ -237,22 +352,33 @@ impl Ucx {
             user_data: user_data as *mut std::ffi::c_void,
             ..Default::default()
         };
-        // SAFETY: a live worker; the callback reclaims `user_data` once.
+        // SAFETY: a live worker (the caller's contract); the callback reclaims `user_data`
+        // once.
         let request = unsafe { ucp_worker_flush_nbx(self.worker, &params) };
         if !UCS_PTR_IS_PTR(request) {
             // SAFETY: the callback will not run; reclaim its Arc.
             drop(unsafe { std::sync::Arc::from_raw(user_data) });
-            return;
+            done.store(true, Ordering::Release);
         }
-        let deadline = std::time::Instant::now() + limit;
-        while !done.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
-            self.progress_once();
+        let mut quiet_since = Instant::now();
+        while Instant::now() < deadline {
+            // SAFETY: as above.
+            if unsafe { ucp_worker_progress(self.worker) } > 0 {
+                quiet_since = Instant::now();
+            } else if done.load(Ordering::Acquire) && quiet_since.elapsed() >= QUIET {
+                return true;
+            }
         }
-        if !done.load(Ordering::Acquire) {
-            tracing::debug!("ucx worker flush did not finish before teardown");
-        }
+        tracing::debug!(
+            flushed = done.load(Ordering::Acquire),
+            "ucx worker still busy at teardown"
+        );
+        false
     }
 }
+
+/// How long a worker must have nothing to progress before it is destroyed.
+const QUIET: Duration = Duration::from_millis(10);
 
 unsafe extern "C" fn worker_flushed(
     request: *mut std::ffi::c_void,
@@ -268,26 +394,21 @@ unsafe extern "C" fn worker_flushed(
 
 impl Drop for Ucx {
     fn drop(&mut self) {
-        if let Some(mut t) = self.progress.take() {
-            t.stop();
-        }
-        if !self.worker.is_null() {
-            self.drain_worker(Duration::from_secs(1));
-        }
-        // SAFETY: each handle was created above and is released once, in reverse order; no
-        // peer or transfer is left (they hold an Arc of this), and no thread progresses the
-        // worker any more.
+        let live = std::mem::replace(self.live.get_mut(), false);
+        // SAFETY: `&mut self`: no peer or transfer is left (they hold an Arc of this) and no
+        // call on the worker runs; each handle was created in `open` and is released once, in
+        // reverse order (`revoke` already released the worker, and the caller's memory).
         unsafe {
-            if !self.memh.is_null() {
+            if live {
+                self.teardown_worker(true);
+            } else if self.allocated && !self.memh.is_null() {
                 let status = ucp_mem_unmap(self.context, self.memh);
                 if status != UCS_OK {
                     tracing::warn!(error = %error("ucp_mem_unmap", status), "ucx teardown");
                 }
             }
-            if !self.worker.is_null() {
-                ucp_worker_destroy(self.worker);
-            }
-            if !self.context.is_null() {
+            // A context whose worker was left undestroyed stays too.
+            if !self.context.is_null() && !self.abandoned.load(Ordering::Acquire) {
                 ucp_cleanup(self.context);
             }
         }
