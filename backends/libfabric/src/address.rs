@@ -1,8 +1,9 @@
-//! The libfabric backend's address bytes: provider, endpoint name, memory key, addressing mode.
+//! The libfabric backend's address bytes: provider, endpoint name, memory key, addressing
+//! mode, and the region the key covers.
 
-use blockwire_core::{BackendError, BackendErrorKind};
+use blockwire_core::{BackendError, BackendErrorKind, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"OFI1";
+const MAGIC: &[u8; 4] = b"OFI2";
 /// Bound on the provider and endpoint names (a sockaddr, or the shm provider's
 /// `<pid>:<n>:<m>`, is far shorter).
 const MAX_PART: usize = 256;
@@ -18,6 +19,8 @@ pub(crate) struct OfiAddress {
     pub(crate) key: u64,
     /// Remote addresses are virtual addresses (`FI_MR_VIRT_ADDR`), else offsets in the region.
     pub(crate) virt: bool,
+    /// What `key` registers.
+    pub(crate) region: RegisteredRegion,
 }
 
 impl OfiAddress {
@@ -30,6 +33,7 @@ impl OfiAddress {
         }
         out.extend_from_slice(&self.key.to_le_bytes());
         out.push(u8::from(self.virt));
+        self.region.encode(&mut out);
         out
     }
 
@@ -48,11 +52,15 @@ impl OfiAddress {
             .and_then(|k| k.try_into().ok())
             .map(u64::from_le_bytes)
             .ok_or_else(|| bad("key truncated"))?;
-        let virt = match rest.get(8..) {
-            Some([0]) => false,
-            Some([1]) => true,
+        let virt = match rest.get(8) {
+            Some(0) => false,
+            Some(1) => true,
             _ => return Err(bad("addressing mode")),
         };
+        let (region, rest) = RegisteredRegion::decode(&rest[9..])?;
+        if !rest.is_empty() {
+            return Err(bad("trailing bytes"));
+        }
         if name.is_empty() {
             return Err(bad("empty endpoint name"));
         }
@@ -61,6 +69,7 @@ impl OfiAddress {
             name: name.to_vec(),
             key,
             virt,
+            region,
         })
     }
 }
@@ -84,11 +93,19 @@ mod tests {
             name: vec![1, 2, 3, 4],
             key: 77,
             virt: true,
+            region: RegisteredRegion {
+                base_addr: 8192,
+                num_blocks: 3,
+                block_len: 4096,
+            },
         };
         let bytes = a.to_bytes();
         assert_eq!(OfiAddress::from_bytes(&bytes), Ok(a));
         for n in 0..bytes.len() {
             assert!(OfiAddress::from_bytes(&bytes[..n]).is_err(), "prefix {n}");
         }
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(OfiAddress::from_bytes(&long).is_err());
     }
 }

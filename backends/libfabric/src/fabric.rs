@@ -13,6 +13,8 @@ use libfabric_sys::*;
 use parking_lot::Mutex;
 
 use crate::errors::{EAVAIL, check, error, reason};
+use crate::local;
+use crate::post::Retries;
 use crate::queues::PeerQueues;
 
 /// One transfer: its posted operations not yet completed, and the first failure.
@@ -87,6 +89,11 @@ pub(crate) struct Settings {
 
 pub(crate) struct Raw(pub(crate) *mut fid_cq);
 
+/// The receiving endpoint and local descriptor, for the progress thread's retries.
+struct RawPost(*mut fid_ep, *mut c_void);
+// SAFETY: objects of an FI_THREAD_SAFE domain; only their addresses are shared.
+unsafe impl Send for RawPost {}
+
 struct RawFabric(*mut fid_fabric);
 // SAFETY: the fabric of an FI_THREAD_SAFE domain; the pointer is an address.
 unsafe impl Send for RawFabric {}
@@ -115,7 +122,11 @@ pub(crate) struct Fabric {
     pub(crate) provider: String,
     /// What `fi_getinfo` granted, in words (for logs and users).
     pub(crate) attributes: String,
-    progress: Option<ProgressThread>,
+    progress: Mutex<Option<ProgressThread>>,
+    /// Operations the provider refused for now, posted by the progress thread.
+    pub(crate) retries: Arc<Retries>,
+    /// Set by [`Fabric::revoke`]; what it closed already.
+    revoked: Mutex<Option<Revoked>>,
     /// The completion queue has a wait object (the progress thread blocks on it).
     waitable: bool,
     /// Registrations are bound to an endpoint (`FI_MR_ENDPOINT`).
@@ -162,7 +173,9 @@ impl Fabric {
             name: Vec::new(),
             provider: String::new(),
             attributes: String::new(),
-            progress: None,
+            progress: Mutex::new(None),
+            retries: Arc::new(Retries::default()),
+            revoked: Mutex::new(None),
             waitable: false,
             mr_endpoint: false,
             endpoint_per_peer: false,
@@ -376,16 +389,21 @@ impl Fabric {
         };
         let cq = Raw(f.cq);
         let peers = f.peer_queues.clone();
+        let retries = f.retries.clone();
+        let post = RawPost(f.ep, f.desc);
         let thread = if f.waitable {
             let wake = Raw(f.cq);
             let fabric = RawFabric(f.fabric);
             ProgressThread::spawn_waiting(
                 "ofi",
                 move || {
-                    let (cq, fabric) = (&cq, &fabric);
-                    // SAFETY: the fabric and queue outlive this thread: `Fabric::drop` stops
-                    // and joins it first; the queues wait (`waitable`).
-                    unsafe { peers.wait(fabric.0, cq.0) };
+                    let (cq, fabric, post) = (&cq, &fabric, &post);
+                    let busy = !retries.is_empty();
+                    // SAFETY: the fabric, queue and endpoint outlive this thread:
+                    // `Fabric::revoke` and `Fabric::drop` stop and join it first; the queues
+                    // wait (`waitable`).
+                    unsafe { peers.wait(fabric.0, cq.0, busy) };
+                    retries.run(post.0, post.1);
                 },
                 move || {
                     let cq = &wake;
@@ -395,28 +413,88 @@ impl Fabric {
             )
         } else {
             ProgressThread::spawn("ofi", settings.idle_sleep, move || {
-                let cq = &cq;
-                // SAFETY: the queue outlives this thread: `Fabric::drop` stops and joins it first.
-                unsafe { poll_cq(cq.0) + peers.poll() }
+                let (cq, post) = (&cq, &post);
+                // SAFETY: the queue and endpoint outlive this thread: `Fabric::revoke` and
+                // `Fabric::drop` stop and join it first.
+                unsafe { poll_cq(cq.0) + peers.poll() + retries.run(post.0, post.1) }
             })
         }
         .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-        f.progress = Some(thread);
-        Ok(Arc::new(f))
-    }
-
-    /// Reads completions once and dispatches them; returns how many were handled.
-    pub(crate) fn poll_cq(&self) -> usize {
-        // SAFETY: a live, thread-safe completion queue.
-        unsafe { poll_cq(self.cq) + self.peer_queues.poll() }
+        *f.progress.get_mut() = Some(thread);
+        let f = Arc::new(f);
+        if f.provider == "shm" {
+            local::register(&f.name, &f);
+        }
+        Ok(f)
     }
 
     /// Wakes the progress thread.
     pub(crate) fn kick(&self) {
-        if let Some(t) = &self.progress {
+        if let Some(t) = &*self.progress.lock() {
             t.kick();
         }
     }
+
+    /// Whether [`Fabric::revoke`] ran.
+    pub(crate) fn is_revoked(&self) -> bool {
+        self.revoked.lock().is_some()
+    }
+
+    /// Revokes every peer's access to the region (idempotent; called when no transfer of
+    /// this backend is held). The provider copies into and out of the region only in this
+    /// side's progress, after checking the key: so the progress thread stops, and the
+    /// registration closes. On `tcp` and the like the receiving endpoint closes too (peers'
+    /// connections reset: their transfers fail). On `shm` the endpoint's file is removed (a
+    /// peer in another process sees it gone and cuts its link), this process's endpoints that
+    /// link to it are cut, and the endpoint itself closes with the last of them
+    /// (`crate::local`).
+    pub(crate) fn revoke(&self) {
+        let mut revoked = self.revoked.lock();
+        if revoked.is_some() {
+            return;
+        }
+        let shm = self.provider == "shm";
+        // First: this endpoint's progress serves peers' commands by writing into their
+        // regions, which a peer endpoint of this process unmaps when it closes (below).
+        if let Some(mut t) = self.progress.lock().take() {
+            t.stop();
+        }
+        if shm {
+            for link in local::revoke(&self.name) {
+                link.cut_local_peer();
+            }
+        }
+        let mut done = Revoked {
+            mr_closed: false,
+            ep_closed: false,
+        };
+        // SAFETY: no thread progresses these objects any more, and no post runs (the
+        // transport refuses them after close); each is closed once (`Drop` skips what this
+        // closed).
+        unsafe {
+            if !self.mr.is_null() {
+                close("closing the memory registration", &mut (*self.mr).fid);
+                done.mr_closed = true;
+            }
+            if !shm && !self.ep.is_null() {
+                close("closing the endpoint", &mut (*self.ep).fid);
+                done.ep_closed = true;
+            }
+        }
+        if let (true, Some(file)) = (shm, crate::link::shm_file_name(&self.name)) {
+            let path = std::path::Path::new("/dev/shm").join(file);
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::debug!(path = %path.display(), error = %e, "removing the shm endpoint's file");
+            }
+        }
+        *revoked = Some(done);
+    }
+}
+
+/// What [`Fabric::revoke`] closed.
+struct Revoked {
+    mr_closed: bool,
+    ep_closed: bool,
 }
 
 /// Reads up to 16 completions (or one error) from `cq` and completes their operations.
@@ -498,17 +576,25 @@ pub(crate) fn close(what: &str, fid: *mut fid) {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        if let Some(mut t) = self.progress.take() {
+        if let Some(mut t) = self.progress.get_mut().take() {
             t.stop();
         }
-        // SAFETY: each pointer is null or a live object of this Fabric; `fid` is the first
-        // field of every fid_* struct. Order: endpoint, then what it was bound to, then the
-        // registration, domain and fabric.
+        if self.provider == "shm" {
+            local::unregister(&self.name);
+        }
+        let (mr_closed, ep_closed) = self
+            .revoked
+            .get_mut()
+            .as_ref()
+            .map_or((false, false), |r| (r.mr_closed, r.ep_closed));
+        // SAFETY: each pointer is null or a live object of this Fabric (not closed by
+        // `revoke`); `fid` is the first field of every fid_* struct. Order: endpoint, then
+        // what it was bound to, then the registration, domain and fabric.
         unsafe {
-            if !self.ep.is_null() {
+            if !self.ep.is_null() && !ep_closed {
                 close("closing the endpoint", &mut (*self.ep).fid);
             }
-            if !self.mr.is_null() {
+            if !self.mr.is_null() && !mr_closed {
                 close("closing the memory registration", &mut (*self.mr).fid);
             }
             if !self.av.is_null() {

@@ -88,24 +88,25 @@ mod endpoint;
 mod errors;
 mod fabric;
 mod link;
+mod local;
+mod post;
 mod queues;
 
-use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, FailureReason, Live, LiveCounts, Op, PeerDescriptor, RegionSpan,
+    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, RegisteredRegion,
     XferState,
 };
-use libfabric_sys::*;
 
 use address::OfiAddress;
 use errors::EAGAIN;
-use fabric::{Fabric, OpContext, Settings, Transfer};
+use fabric::{Fabric, Settings, Transfer};
 use link::{Link, Links};
+use post::RmaOp;
 
 /// The backend kind written in descriptors.
 ///
@@ -113,11 +114,6 @@ use link::{Link, Links};
 /// assert_eq!(blockwire_libfabric::KIND, "libfabric");
 /// ```
 pub const KIND: &str = "libfabric";
-
-/// How long a post retries while the provider says `FI_EAGAIN` before it gives up: a peer
-/// that accepts no operation for this long (tcp;ofi_rxm says `FI_EAGAIN` to a peer whose
-/// connection is gone) is treated as disconnected.
-const POST_RETRY: Duration = Duration::from_secs(3);
 
 /// The libfabric backend (see the crate docs).
 pub struct OfiBackend {
@@ -258,6 +254,7 @@ impl Backend for OfiBackend {
         // The shm provider's target must progress commands: a vanished peer leaves transfers
         // to it running. Connection-based providers report the peer's end as an error.
         c.remote_disconnect = !self.fabric.provider.starts_with("shm");
+        c.revoke = true;
         c
     }
 
@@ -267,12 +264,20 @@ impl Backend for OfiBackend {
             name: self.fabric.name.clone(),
             key: self.fabric.key,
             virt: self.fabric.virt,
+            region: RegisteredRegion::of(&self.span),
         }
         .to_bytes()
     }
 
     fn connect(&self, desc: &PeerDescriptor) -> Result<OfiPeer, BackendError> {
         let addr = OfiAddress::from_bytes(&desc.address)?;
+        addr.region.check(desc)?;
+        if self.fabric.is_revoked() {
+            return Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                "the transport closed: its libfabric endpoint is revoked",
+            ));
+        }
         let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
         if addr.provider != self.fabric.provider {
             return Err(bad(format!(
@@ -309,85 +314,57 @@ impl Backend for OfiBackend {
         // Every index is checked before the first operation is posted.
         let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
         let fabric = &self.fabric;
-        // Held until every operation is posted: a cut waits for it.
+        let ops = pairs.iter().map(|pair| RmaOp {
+            op,
+            // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
+            local: unsafe { self.span.base().as_ptr().add(pair.local) },
+            len: block_len,
+            remote: if peer.virt {
+                peer.base + pair.remote
+            } else {
+                pair.remote
+            },
+            key: peer.key,
+        });
+        // Held until every operation is posted or queued: a cut waits for it.
         let held = peer.link.hold()?;
-        let ep = held.ep(fabric);
+        let ep = held.ep_or(fabric.ep);
         let transfer = Transfer::new();
-        for (i, pair) in pairs.iter().enumerate() {
-            let roff = pair.remote;
-            let iov = iovec {
-                // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
-                iov_base: unsafe { self.span.base().as_ptr().add(pair.local) }.cast(),
-                iov_len: block_len,
-            };
-            let mut desc = [fabric.desc];
-            let rma = fi_rma_iov {
-                addr: if peer.virt { peer.base + roff } else { roff },
-                len: block_len,
-                key: peer.key,
-            };
-            let context = OpContext::new(transfer.clone());
-            let msg = fi_msg_rma {
-                msg_iov: &iov,
-                desc: desc.as_mut_ptr(),
-                iov_count: 1,
-                addr: peer.link.addr,
-                rma_iov: &rma,
-                rma_iov_count: 1,
-                context: context.cast::<c_void>(),
-                data: 0,
-            };
-            transfer.pending.fetch_add(1, Ordering::AcqRel);
-            let deadline = Instant::now() + POST_RETRY;
-            let ret = loop {
-                // SAFETY: a live endpoint; `msg` and what it points to live through the call
-                // (the provider copies them); the local block stays valid until the backend is
-                // dropped, after this transfer is released; the remote range lies inside the
-                // peer's registered region (index checked, size validated in its descriptor).
-                let ret = unsafe {
-                    match op {
-                        Op::Write => {
-                            fi_writemsg(ep, &msg, (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64)
-                        }
-                        Op::Read => fi_readmsg(ep, &msg, FI_COMPLETION as u64),
-                    }
-                };
-                if ret != EAGAIN || Instant::now() > deadline {
-                    break ret;
+        // Behind operations already queued for this peer, in order.
+        let mut queue_from = (peer.link.queued.load(Ordering::Acquire) > 0).then_some(0);
+        let mut ops: Vec<RmaOp> = ops.collect();
+        if queue_from.is_none() {
+            for (i, rma) in ops.iter().enumerate() {
+                // SAFETY: a live endpoint whose address vector holds the link's address; the
+                // local block stays valid until the backend is dropped, after this transfer
+                // is released; the remote range lies inside the peer's registered region
+                // (index checked, size validated in its descriptor).
+                let ret =
+                    unsafe { post::post_one(ep, peer.link.addr, fabric.desc, rma, &transfer) };
+                if ret == EAGAIN {
+                    queue_from = Some(i);
+                    break;
                 }
-                // The queue is full: drive completions, then retry.
-                fabric.poll_cq();
-            };
-            if ret != 0 {
-                transfer.pending.fetch_sub(1, Ordering::AcqRel);
-                // SAFETY: the provider did not take the context; reclaim it.
-                drop(unsafe { Box::from_raw(context) });
-                let e = if ret == EAGAIN {
-                    BackendError::new(
-                        BackendErrorKind::RemoteDisconnect,
-                        format!(
-                            "posting {op}: the provider refused it for {POST_RETRY:?} (FI_EAGAIN \
-                             while completions were read): the peer accepts no operations"
-                        ),
-                    )
-                } else {
-                    errors::error(&format!("posting {op}"), ret)
-                };
-                if i == 0 {
-                    return Err(e);
-                }
-                // Earlier blocks are in flight: they finish, then the transfer reports this.
-                transfer.fail(match e.kind() {
-                    BackendErrorKind::RemoteDisconnect => {
-                        FailureReason::RemoteDisconnect(e.message().to_owned())
+                if ret != 0 {
+                    if i == 0 {
+                        return Err(errors::error(&format!("posting {op}"), ret));
                     }
-                    _ => FailureReason::Backend(e.message().to_owned()),
-                });
-                break;
+                    // Earlier blocks are in flight: they finish, then the transfer reports this.
+                    transfer.fail(post::refused(op, ret));
+                    break;
+                }
             }
         }
-        transfer.posted_all.store(true, Ordering::Release);
         held.track(&transfer);
+        match queue_from {
+            // The provider refused more for now: the progress thread posts the rest.
+            Some(i) => {
+                let rest = ops.split_off(i);
+                tracing::trace!(queued = rest.len(), "libfabric post queued for retry");
+                fabric.retries.push(&peer.link, &transfer, rest);
+            }
+            None => transfer.posted_all.store(true, Ordering::Release),
+        }
         drop(held);
         fabric.kick();
         Ok(OfiXfer {
@@ -409,6 +386,10 @@ impl Backend for OfiBackend {
 
     fn fail_peer(&self, peer: &OfiPeer) -> bool {
         peer.link.cut_if_safe(&self.fabric)
+    }
+
+    fn revoke(&self) {
+        self.fabric.revoke();
     }
 
     fn release(&self, xfer: OfiXfer) -> Result<(), OfiXfer> {

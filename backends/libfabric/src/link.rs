@@ -2,6 +2,7 @@
 //! shared by the connected peers that name it, and the cut that fails them all.
 
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -13,6 +14,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use crate::endpoint::Endpoint;
 use crate::errors;
 use crate::fabric::{Fabric, Transfer};
+use crate::local;
 
 /// One remote endpoint: its address-vector entry, whether it was cut, and the transfers posted
 /// to it since.
@@ -28,8 +30,18 @@ pub(crate) struct Link {
     transfers: PostedTransfers<Transfer>,
     /// The `shm` provider's peer process, when its endpoint name gives the pid.
     process: Option<PeerProcess>,
+    /// The `shm` provider's file of a peer in another process: the provider removes it when
+    /// the peer's endpoint closes, after which that peer never serves an operation again.
+    shm_file: Option<PathBuf>,
     /// The peer has an endpoint of its own (`endpoint_per_peer`).
     own_endpoint: bool,
+    /// Transfers with operations queued for the progress thread to post (`crate::post`):
+    /// later posts queue behind them.
+    pub(crate) queued: AtomicUsize,
+    /// A peer endpoint of this process: its backend, kept alive (and its region mapped)
+    /// until this link, and the endpoint that posts through it, are gone (`crate::local`).
+    /// Last, so it is dropped after `state`.
+    _peer_fabric: Option<Arc<Fabric>>,
 }
 
 struct LinkState {
@@ -47,9 +59,9 @@ pub(crate) struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// The endpoint posts to this peer go through.
-    pub(crate) fn ep(&self, fabric: &Fabric) -> *mut fid_ep {
-        self.guard.endpoint.as_ref().map_or(fabric.ep, |e| e.ep)
+    /// The endpoint posts to this peer go through: its own, or `main` (the backend's).
+    pub(crate) fn ep_or(&self, main: *mut fid_ep) -> *mut fid_ep {
+        self.guard.endpoint.as_ref().map_or(main, |e| e.ep)
     }
 
     /// Records a transfer posted through the link, for a later cut.
@@ -58,12 +70,17 @@ impl Held<'_> {
     }
 }
 
-/// The pid in a `shm` provider endpoint name (`[fi_shm://]<pid>:<uid>:<n>`), if it has one.
-fn shm_pid(name: &[u8]) -> Option<u32> {
+/// A `shm` provider endpoint name without its prefix and padding (`<pid>:<uid>:<n>`): the
+/// name of its file in `/dev/shm`.
+pub(crate) fn shm_file_name(name: &[u8]) -> Option<&str> {
     let text = std::str::from_utf8(name).ok()?;
     let text = text.trim_end_matches('\0');
-    let text = text.strip_prefix("fi_shm://").unwrap_or(text);
-    let digits: &str = text.split([':', '_']).next()?;
+    Some(text.strip_prefix("fi_shm://").unwrap_or(text))
+}
+
+/// The pid in a `shm` provider endpoint name (`[fi_shm://]<pid>:<uid>:<n>`), if it has one.
+fn shm_pid(name: &[u8]) -> Option<u32> {
+    let digits: &str = shm_file_name(name)?.split([':', '_']).next()?;
     digits.parse().ok().filter(|&pid| pid > 0)
 }
 
@@ -82,26 +99,50 @@ impl Link {
             if let Some(why) = &guard.cut {
                 return Err(refused(why));
             }
-            if !self.process.as_ref().is_some_and(PeerProcess::has_exited) {
+            if self.gone().is_none() {
                 return Ok(Held { link: self, guard });
             }
         }
-        let why = self.exited();
+        let why = self.gone().unwrap_or_default();
         self.cut(&why, false);
         Err(refused(&why))
     }
 
-    fn exited(&self) -> String {
-        let pid = self.process.as_ref().map_or(0, PeerProcess::pid);
-        format!("the peer process {pid} has exited")
+    /// Why the `shm` peer in another process will never serve an operation again: its
+    /// process exited, or its endpoint closed (the provider removed its file). `None` while
+    /// it may.
+    fn gone(&self) -> Option<String> {
+        let process = self.process.as_ref()?;
+        if process.has_exited() {
+            return Some(format!("the peer process {} has exited", process.pid()));
+        }
+        let file = self.shm_file.as_ref()?;
+        (!file.exists()).then(|| {
+            format!(
+                "the peer's endpoint in process {} closed ({} is gone)",
+                process.pid(),
+                file.display()
+            )
+        })
+    }
+
+    /// Cuts the link because its peer, an endpoint of this process, revoked access: the
+    /// peer's region stays mapped (this link holds its backend) until this link's own
+    /// endpoint, closed here, can no longer touch it.
+    pub(crate) fn cut_local_peer(&self) {
+        self.cut(
+            "the peer transport in this process closed",
+            self.own_endpoint,
+        );
     }
 
     /// Cuts the link if that is safe, which is only when no byte of its transfers can move
     /// any more. Every transfer posted through it then fails, and later posts are refused.
     /// Returns whether the link is cut.
     ///
-    /// - `shm`: once the peer process has exited (the provider copies through the target
-    ///   process, so a live one could still write).
+    /// - `shm`: once the peer process has exited or its endpoint closed (the provider copies
+    ///   through the target's progress, so a live one could still write). A peer of this
+    ///   process is cut when it revokes access ([`Link::cut_local_peer`]).
     /// - `tcp;ofi_rxm` and the like: when the peer has an endpoint of its own, by closing it,
     ///   which closes its connections; data arriving for them is refused by the kernel. Its
     ///   `fi_av_remove` is no cut: in libfabric 1.17 the connection goes on, and READ data
@@ -112,12 +153,12 @@ impl Link {
             return true;
         }
         if fabric.provider == "shm" {
-            match &self.process {
-                Some(p) if p.has_exited() => {
-                    self.cut(&self.exited(), false);
+            match self.gone() {
+                Some(why) => {
+                    self.cut(&why, false);
                     true
                 }
-                _ => false,
+                None => false,
             }
         } else if self.own_endpoint {
             self.cut("its endpoint was closed", true);
@@ -163,7 +204,6 @@ impl Links {
         fabric: &Arc<Fabric>,
         name: &[u8],
     ) -> Result<Arc<Link>, BackendError> {
-        let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
         let shm = fabric.provider == "shm";
         let mut by_name = self.by_name.lock();
         let previous = by_name.get(name).cloned();
@@ -173,15 +213,32 @@ impl Links {
                 return Ok(link.clone());
             }
         }
-        let process = if shm {
-            match shm_pid(name) {
-                // A peer whose process is gone is refused here (RemoteDisconnect).
-                Some(pid) => Some(PeerProcess::open(pid, None)?),
-                None => None,
-            }
+        let pid = if shm { shm_pid(name) } else { None };
+        let link = if pid == Some(std::process::id()) {
+            // A peer endpoint of this process: its backend stays alive while this link is. One
+            // that closed is refused: the provider would reach it through a stale mapping.
+            local::attach(name, |peer_fabric| {
+                Self::make_link(fabric, name, previous.as_ref(), None, Some(peer_fabric))
+            })?
         } else {
-            None
+            // A peer whose process is gone is refused here (RemoteDisconnect).
+            let process = pid.map(|pid| PeerProcess::open(pid, None)).transpose()?;
+            Self::make_link(fabric, name, previous.as_ref(), process, None)?
         };
+        by_name.insert(name.to_vec(), link.clone());
+        Ok(link)
+    }
+
+    /// A new link to endpoint `name` (replacing the cut `previous`, if any).
+    fn make_link(
+        fabric: &Arc<Fabric>,
+        name: &[u8],
+        previous: Option<&Arc<Link>>,
+        process: Option<PeerProcess>,
+        peer_fabric: Option<Arc<Fabric>>,
+    ) -> Result<Arc<Link>, BackendError> {
+        let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
+        let shm = fabric.provider == "shm";
         let endpoint = match fabric.endpoint_per_peer {
             true => Some(Endpoint::open(fabric)?),
             false => None,
@@ -213,7 +270,11 @@ impl Links {
             (None, Some(cut)) if shm => cut.addr,
             (None, _) => insert(fabric.av)?,
         };
-        let link = Arc::new(Link {
+        let shm_file = match (&process, shm_file_name(name)) {
+            (Some(_), Some(file)) => Some(PathBuf::from("/dev/shm").join(file)),
+            _ => None,
+        };
+        Ok(Arc::new(Link {
             addr,
             name: name.to_vec(),
             state: RwLock::new(LinkState {
@@ -223,10 +284,11 @@ impl Links {
             peers: AtomicUsize::new(1),
             transfers: PostedTransfers::default(),
             process,
+            shm_file,
             own_endpoint,
-        });
-        by_name.insert(name.to_vec(), link.clone());
-        Ok(link)
+            queued: AtomicUsize::new(0),
+            _peer_fabric: peer_fabric,
+        }))
     }
 
     /// A peer no longer uses `link`: the last one forgets it. A peer's own endpoint and

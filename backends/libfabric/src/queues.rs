@@ -141,12 +141,13 @@ impl PeerQueues {
     }
 
     /// The waiting progress thread's step: reads every queue; if nothing was there and
-    /// `fi_trywait` agrees, sleeps until a queue's fd is readable (or [`WAIT_MS`]).
+    /// `fi_trywait` agrees, sleeps until a queue's fd is readable (or [`WAIT_MS`]; 1 ms when
+    /// `busy`: posts wait to be retried).
     ///
     /// # Safety
     ///
     /// `fabric` and `main` are live and outlive the call; [`Self::waiting`] is true.
-    pub(crate) unsafe fn wait(&self, fabric: *mut fid_fabric, main: *mut fid_cq) {
+    pub(crate) unsafe fn wait(&self, fabric: *mut fid_fabric, main: *mut fid_cq, busy: bool) {
         // SAFETY: per this function's contract.
         if unsafe { poll_cq(main) } + self.poll() > 0 {
             return;
@@ -169,7 +170,8 @@ impl PeerQueues {
             return;
         }
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 16];
+        let timeout = if busy { 1 } else { WAIT_MS };
         // SAFETY: a live epoll fd and a buffer of 16 events.
-        unsafe { libc::epoll_wait(epoll.as_raw_fd(), events.as_mut_ptr(), 16, WAIT_MS) };
+        unsafe { libc::epoll_wait(epoll.as_raw_fd(), events.as_mut_ptr(), 16, timeout) };
     }
 }
