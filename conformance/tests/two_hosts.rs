@@ -215,11 +215,12 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
                     "{backend}: every transfer finished before the cut; nothing was tested: {reply}"
                 ));
             }
-            // nixl-sys collapses NIXL's status codes into one "backend error", so a NIXL
-            // transfer cannot say why it failed; the others must say remote disconnect.
+            // nixl-sys collapses NIXL's status codes into one error that a status check
+            // returns, so a NIXL transfer cannot say why it failed (a failed state check); the
+            // others must say remote disconnect.
             let why = why.join(" ");
             let said = why.starts_with("remote disconnect")
-                || (backend == "nixl" && why.starts_with("backend error"));
+                || (backend == "nixl" && why.starts_with("state check failed"));
             if !said {
                 return Err(format!("{backend}: not a remote disconnect: {reply}"));
             }

@@ -3,10 +3,18 @@
 //! - **Agent**: one NIXL agent per transport, with the `UCX` backend plugin by default (option
 //!   `backend`). The whole region is registered once, as DRAM, and a local descriptor list of
 //!   one descriptor per block is prepared once.
-//! - **Descriptor**: carries the agent's metadata. Connecting loads it (`load_remote_md`) and
-//!   prepares the peer's descriptor list, one descriptor per block, so a transfer is
-//!   `make_xfer_req` with block indices on both prepared lists, then `post_xfer_req`.
-//! - **State**: `get_xfer_status`; a transfer that finished inside the post is done.
+//! - **Descriptor**: carries the region the agent registered and the agent's metadata.
+//!   Connecting checks the region against the descriptor's, loads the metadata
+//!   (`load_remote_md`) and prepares the peer's descriptor list, one descriptor per block, so
+//!   a transfer is `make_xfer_req` with block indices on both prepared lists, then
+//!   `post_xfer_req`.
+//! - **State**: `get_xfer_status`; a transfer that finished inside the post is done. A status
+//!   check that fails (nixl-sys reports every NIXL error, a failed transfer's included, as a
+//!   failed check) is [`FailureReason::StateCheck`], which faults the peer.
+//! - **Revocation** (close): the agent is destroyed (its registration released first), which
+//!   destroys its UCX workers: nothing serves a peer's put or get afterwards (UCX emulates
+//!   them with active messages on memory it did not allocate, copying to whatever address the
+//!   message names, so a deregistration alone would not do).
 //! - **Release**: nixl-sys releases a request by dropping it and hides a failed release, so a
 //!   request is dropped only once NIXL reports it terminal; until then `release` says busy.
 //! - **Errors**: nixl-sys collapses NIXL's codes into one; the message is kept.
@@ -35,7 +43,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, FailureReason, Live, LiveCounts, Op, PeerDescriptor, RegionSpan,
-    XferState,
+    RegisteredRegion, XferState,
 };
 use nixl_sys::{
     Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
@@ -125,8 +133,11 @@ impl NixlDescriptor for Dram {
     }
 }
 
+/// The address bytes: magic, the region registered, then the agent's metadata.
+const ADDRESS_MAGIC: &[u8; 4] = b"NXL1";
+
 /// NIXL objects, behind one lock: NIXL's thread safety is undocumented (NIXL issue #1653), so
-/// every call is serialized.
+/// every call is serialized. `None` once revoked.
 struct Inner {
     agent: Agent,
     name: String,
@@ -142,15 +153,18 @@ unsafe impl Send for Inner {}
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {
     span: RegionSpan,
-    inner: Arc<Mutex<Inner>>,
-    metadata: Vec<u8>,
+    inner: Arc<Mutex<Option<Inner>>>,
+    /// The address bytes (see [`ADDRESS_MAGIC`]).
+    address: Vec<u8>,
     counts: LiveCounts,
 }
 
 /// A connected peer: the remote agent and its prepared descriptor list.
 pub struct NixlPeer {
     remote: String,
-    list: XferDlistHandle,
+    /// Released with the agent's lock held; never after the agent is gone (the handle does
+    /// not keep it alive).
+    list: Option<XferDlistHandle>,
     num_blocks: u32,
     _live: Live,
 }
@@ -242,17 +256,20 @@ impl NixlBackend {
         let metadata = agent
             .get_local_md()
             .map_err(|e| fail("reading the agent metadata", e))?;
+        let mut address = ADDRESS_MAGIC.to_vec();
+        RegisteredRegion::of(&span).encode(&mut address);
+        address.extend_from_slice(&metadata);
         tracing::debug!(agent = %name, %plugin, "nixl backend opened");
         Ok(NixlBackend {
             span,
-            inner: Arc::new(Mutex::new(Inner {
+            inner: Arc::new(Mutex::new(Some(Inner {
                 agent,
                 name,
                 local,
                 _registration: registration,
                 remotes: Default::default(),
-            })),
-            metadata,
+            }))),
+            address,
             counts: LiveCounts::default(),
         })
     }
@@ -270,22 +287,33 @@ impl Backend for NixlBackend {
         let mut c = Capabilities::default();
         c.read = true;
         c.cross_process = true;
+        c.revoke = true;
         c
     }
 
     fn address(&self) -> Vec<u8> {
-        self.metadata.clone()
+        self.address.clone()
     }
 
     fn connect(&self, desc: &PeerDescriptor) -> Result<NixlPeer, BackendError> {
-        if desc.address.is_empty() {
-            return Err(BackendError::new(
+        let malformed = |why: &str| {
+            BackendError::new(
                 BackendErrorKind::MalformedAddress,
-                "empty NIXL agent metadata",
-            ));
+                format!("nixl address: {why}"),
+            )
+        };
+        let rest = desc
+            .address
+            .strip_prefix(ADDRESS_MAGIC)
+            .ok_or_else(|| malformed("bad magic"))?;
+        let (region, metadata) = RegisteredRegion::decode(rest)?;
+        region.check(desc)?;
+        if metadata.is_empty() {
+            return Err(malformed("empty NIXL agent metadata"));
         }
-        let mut inner = self.inner.lock();
-        let remote = inner.agent.load_remote_md(&desc.address).map_err(|e| {
+        let mut guard = self.inner.lock();
+        let inner = guard.as_mut().ok_or_else(revoked)?;
+        let remote = inner.agent.load_remote_md(metadata).map_err(|e| {
             BackendError::new(
                 BackendErrorKind::MalformedAddress,
                 format!("loading the peer's agent metadata: {e}"),
@@ -305,14 +333,19 @@ impl Backend for NixlBackend {
         *inner.remotes.entry(remote.clone()).or_default() += 1;
         Ok(NixlPeer {
             remote,
-            list,
+            list: Some(list),
             num_blocks: desc.num_blocks,
             _live: self.counts.peer(),
         })
     }
 
-    fn disconnect(&self, peer: NixlPeer) {
-        let mut inner = self.inner.lock();
+    fn disconnect(&self, mut peer: NixlPeer) {
+        let mut guard = self.inner.lock();
+        let Some(inner) = guard.as_mut() else {
+            // The agent is gone (revoked): releasing the list would reach freed memory.
+            std::mem::forget(peer.list.take());
+            return;
+        };
         let NixlPeer { remote, list, .. } = peer;
         drop(list);
         let last = match inner.remotes.get_mut(&remote) {
@@ -354,16 +387,18 @@ impl Backend for NixlBackend {
             Op::Write => XferOp::Write,
             Op::Read => XferOp::Read,
         };
-        let inner = self.inner.lock();
+        let guard = self.inner.lock();
+        let inner = guard.as_ref().ok_or_else(revoked)?;
+        let list = peer.list.as_ref().ok_or_else(revoked)?;
         let request = inner
             .agent
-            .make_xfer_req(xop, &inner.local, &l, &peer.list, &r, None)
+            .make_xfer_req(xop, &inner.local, &l, list, &r, None)
             .map_err(|e| nixl_error("make_xfer_req", e))?;
         let running = inner
             .agent
             .post_xfer_req(&request, None)
             .map_err(|e| nixl_error("post_xfer_req", e))?;
-        drop(inner);
+        drop(guard);
         Ok(NixlXfer {
             request: Some(request),
             outcome: (!running).then_some(XferState::Done),
@@ -378,11 +413,15 @@ impl Backend for NixlBackend {
         let Some(request) = &xfer.request else {
             return XferState::Done;
         };
-        let status = self.inner.lock().agent.get_xfer_status(request);
+        let status = match self.inner.lock().as_ref() {
+            Some(inner) => inner.agent.get_xfer_status(request),
+            // Never: transfers are released before revoke.
+            None => return XferState::Running,
+        };
         let state = match status {
             Ok(XferStatus::InProgress) => return XferState::Running,
             Ok(XferStatus::Success) => XferState::Done,
-            Err(e) => XferState::Failed(FailureReason::Backend(format!("get_xfer_status: {e}"))),
+            Err(e) => XferState::Failed(FailureReason::StateCheck(format!("get_xfer_status: {e}"))),
         };
         xfer.outcome = Some(state.clone());
         state
@@ -400,7 +439,39 @@ impl Backend for NixlBackend {
         Ok(())
     }
 
+    fn revoke(&self) {
+        let taken = self.inner.lock().take();
+        if let Some(Inner {
+            agent,
+            local,
+            _registration,
+            ..
+        }) = taken
+        {
+            // Handles first (they point into the agent), then the registration, then the
+            // agent (whose drop destroys it once no request holds it: none is, at revoke).
+            drop(local);
+            drop(_registration);
+            drop(agent);
+        }
+    }
+
     fn stats(&self) -> BackendStats {
         self.counts.stats()
+    }
+}
+
+/// Why a call finds the agent gone.
+fn revoked() -> BackendError {
+    BackendError::new(
+        BackendErrorKind::Unsupported,
+        "the transport closed: its NIXL agent was destroyed",
+    )
+}
+
+impl Drop for NixlBackend {
+    fn drop(&mut self) {
+        // The same order as revoke (a backend dropped without it).
+        self.revoke();
     }
 }
