@@ -66,7 +66,8 @@ pub use fixture::{UcxAllocated, UcxFactory};
 /// assert!(all.iter().any(|c| c.needs == Needs { faults: true, ..Needs::default() }));
 /// assert!(all.iter().any(|c| c.needs.read));
 /// assert!(all.iter().any(|c| c.needs.disconnect));
-/// let anywhere = Needs { faults: false, read: false, disconnect: false };
+/// assert!(all.iter().any(|c| c.needs.revoke));
+/// let anywhere = Needs { faults: false, read: false, disconnect: false, revoke: false };
 /// assert_eq!(Needs::default(), anywhere);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -77,6 +78,8 @@ pub struct Needs {
     pub read: bool,
     /// Detection of a peer that goes away ([`blockwire::Capabilities::remote_disconnect`]).
     pub disconnect: bool,
+    /// Revocation of remote access at close ([`blockwire::Capabilities::revoke`]).
+    pub revoke: bool,
 }
 
 /// One case of the suite.
@@ -159,6 +162,13 @@ fn skip_reason<F: Fixture>(fx: &F, needs: Needs) -> Option<String> {
     if needs.disconnect && !probe.transport.capabilities().remote_disconnect {
         return Some(format!(
             "{} does not detect a remote disconnect in this setting",
+            fx.name()
+        ));
+    }
+    if needs.revoke && !probe.transport.capabilities().revoke {
+        return Some(format!(
+            "{}: close cannot stop a same-host peer that copies straight into the region \
+             (Capabilities::revoke)",
             fx.name()
         ));
     }

@@ -10,6 +10,7 @@ mod peers;
 mod polling;
 mod registration;
 mod remove;
+mod target;
 mod validation;
 
 use crate::{Case, Fixture, Needs};
@@ -18,6 +19,7 @@ const PLAIN: Needs = Needs {
     faults: false,
     read: false,
     disconnect: false,
+    revoke: false,
 };
 const FAULTS: Needs = Needs {
     faults: true,
@@ -29,6 +31,15 @@ const READ: Needs = Needs {
 };
 const DISCONNECT: Needs = Needs {
     disconnect: true,
+    ..PLAIN
+};
+const REVOKE: Needs = Needs {
+    revoke: true,
+    ..PLAIN
+};
+const READ_REVOKE: Needs = Needs {
+    read: true,
+    revoke: true,
     ..PLAIN
 };
 
@@ -98,6 +109,10 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(close::forced_close_frees_only_after_transfers_stop, FAULTS),
         case!(close::resolves_pending_registrations, FAULTS),
         case!(close::drop_closes, FAULTS),
+        case!(target::write_after_close, REVOKE),
+        case!(target::read_after_close, READ_REVOKE),
+        case!(target::close_during_long_transfers, REVOKE),
+        case!(target::dropped_before_and_during_transfers, PLAIN),
         case!(concurrency::threads_per_peer_with_churn, PLAIN),
     ]
 }
