@@ -27,6 +27,8 @@ pub struct Spec {
     pub close_timeout: Duration,
     /// Stall timeout (`TransportOptions::stall_timeout`).
     pub stall_timeout: Option<Duration>,
+    /// `TransportOptions::max_consecutive_failures`.
+    pub max_consecutive_failures: u32,
 }
 
 impl Spec {
@@ -42,6 +44,7 @@ impl Spec {
             config_fields: None,
             close_timeout: Duration::from_secs(5),
             stall_timeout: Some(blockwire::DEFAULT_STALL_TIMEOUT),
+            max_consecutive_failures: blockwire::DEFAULT_MAX_CONSECUTIVE_FAILURES,
         }
     }
 
@@ -78,11 +81,23 @@ impl Spec {
         self
     }
 
+    /// Sets how many consecutive failures fault a peer.
+    ///
+    /// ```
+    /// let s = blockwire_conformance::Spec::new(2, 8).with_max_consecutive_failures(0);
+    /// assert_eq!(s.max_consecutive_failures, 0);
+    /// ```
+    pub fn with_max_consecutive_failures(mut self, failures: u32) -> Self {
+        self.max_consecutive_failures = failures;
+        self
+    }
+
     fn options(&self, backend: BackendOptions) -> TransportOptions {
         TransportOptions::default()
             .with_config_fields(self.config_fields.clone())
             .with_close_timeout(self.close_timeout)
             .with_stall_timeout(self.stall_timeout)
+            .with_max_consecutive_failures(self.max_consecutive_failures)
             .with_backend_options(backend)
     }
 }

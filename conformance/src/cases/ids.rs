@@ -67,3 +67,43 @@ pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
         assert_eq!(n, 1, "id {id} accounted {n} times");
     }
 }
+
+/// `in_flight` counts transfers posted and not yet reported (or taken by a cancel), per peer
+/// and in all; a poll that reports them, and a cancel that takes them, uncount them.
+pub(crate) fn in_flight_counts<F: Fixture>(fx: &F) {
+    let spec = Spec::new(8, 4096);
+    let a = open(fx, &spec).transport;
+    let b = open(fx, &spec).transport;
+    let c = open(fx, &spec).transport;
+    let pb = connect(&a, "b", &b);
+    let pc = connect(&a, "c", &c);
+    let to_b: Vec<_> = (0..3u32)
+        .map(|i| a.write_blocks(&pb, &[i], &[i]).expect("write"))
+        .collect();
+    let to_c: Vec<_> = (0..2u32)
+        .map(|i| a.write_blocks(&pc, &[i], &[i]).expect("write"))
+        .collect();
+    // Finished or not, nothing is reported yet.
+    assert_eq!(
+        (
+            a.in_flight(Some(&pb)),
+            a.in_flight(Some(&pc)),
+            a.in_flight(None)
+        ),
+        (3, 2, 5)
+    );
+    assert_eq!(a.in_flight(Some(&"nobody".into())), 0);
+    assert!(
+        a.cancel(&to_b[..1], CancelMode::Immediate)
+            .expect("cancel")
+            .is_empty()
+    );
+    assert_eq!(a.in_flight(Some(&pb)), 2);
+    wait_for(&a, Some(&pc), &to_c);
+    assert_eq!((a.in_flight(Some(&pc)), a.in_flight(None)), (0, 2));
+    wait_for(&a, Some(&pb), &to_b[1..]);
+    assert_eq!(a.in_flight(None), 0);
+    a.write_blocks(&pb, &[7], &[7]).expect("write");
+    a.close().expect("close");
+    assert_eq!(a.in_flight(None), 0, "close drops every transfer");
+}

@@ -6,6 +6,7 @@ mod concurrency;
 mod data;
 mod failures;
 mod ids;
+mod peer_fault;
 mod peers;
 mod polling;
 mod registration;
@@ -62,8 +63,10 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(data::many_small_blocks_in_one_batch, PLAIN),
         case!(data::large_blocks_span_chunks, PLAIN),
         case!(data::read_large_batch, READ),
+        case!(data::four_thousand_blocks_in_one_post, PLAIN),
         case!(ids::unique_and_increasing_across_peers, PLAIN),
         case!(ids::each_reported_exactly_once, PLAIN),
+        case!(ids::in_flight_counts, PLAIN),
         case!(validation::length_mismatch, PLAIN),
         case!(validation::empty_index_lists, PLAIN),
         case!(validation::local_index_out_of_range, PLAIN),
@@ -78,6 +81,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(peers::other_backend_descriptor, PLAIN),
         case!(peers::malformed_descriptor_bytes, PLAIN),
         case!(peers::malformed_backend_address, PLAIN),
+        case!(peers::descriptor_disagreeing_with_registration, PLAIN),
         case!(polling::scoped_to_peer, PLAIN),
         case!(polling::none_drains_every_peer, PLAIN),
         case!(polling::unknown_peer_is_empty, PLAIN),
@@ -97,12 +101,15 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(remove::transfers_in_flight_fail_as_removed, FAULTS),
         case!(remove::unknown_peer, PLAIN),
         case!(remove::then_add_again, PLAIN),
+        case!(remove::completed_before_remove_is_done, PLAIN),
         case!(failures::failing_state_check_is_terminal, FAULTS),
         case!(failures::remote_disconnect_fails_in_bounded_time, FAULTS),
         case!(failures::stalled_peer_is_cut, FAULTS),
         case!(failures::finished_unpolled_peer_is_not_cut, FAULTS),
         case!(failures::remote_close_fails_transfers, DISCONNECT),
         case!(failures::failed_submit_leaves_nothing_tracked, FAULTS),
+        case!(peer_fault::reported_until_removed, FAULTS),
+        case!(peer_fault::consecutive_failures, FAULTS),
         case!(close::idempotent, PLAIN),
         case!(close::with_transfers_in_flight, PLAIN),
         case!(close::waits_for_running_transfer, FAULTS),

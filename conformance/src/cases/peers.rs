@@ -143,3 +143,42 @@ pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
         );
     }
 }
+
+/// A descriptor whose region fields disagree with what its peer registered (block 0 shifted,
+/// a block more or fewer, or the same bytes split into other blocks) is refused at connect
+/// with a malformed-address error, on every backend: it would aim transfers at memory the
+/// peer never registered.
+pub(crate) fn descriptor_disagreeing_with_registration<F: Fixture>(fx: &F) {
+    let a = open(fx, &Spec::new(8, 2048)).transport;
+    let b = open(fx, &Spec::new(4, 4096)).transport;
+    let c = open(fx, &Spec::new(8, 2048)).transport;
+    let truth = c.descriptor().expect("descriptor");
+    let mut altered = Vec::new();
+    let mut d = truth.clone();
+    d.base_addr += 2048;
+    d.num_blocks -= 1;
+    altered.push(("block 0 shifted by a block", d));
+    let mut d = truth.clone();
+    d.num_blocks += 1;
+    altered.push(("a block more", d));
+    let mut d = truth.clone();
+    d.num_blocks -= 1;
+    altered.push(("a block fewer", d));
+    // b's 4 blocks of 4096 described as 8 of 2048: the length matches a's, the bytes b's.
+    let mut d = b.descriptor().expect("descriptor");
+    d.num_blocks = 8;
+    d.block_len = 2048;
+    altered.push(("the region split into other blocks", d));
+    for (what, desc) in altered {
+        let got = a.add_remote_peer(&"p".into(), &desc);
+        assert!(
+            matches!(&got, Err(Error::Connect { source, .. }) if source.kind() == BackendErrorKind::MalformedAddress),
+            "{what}: {got:?}"
+        );
+        assert!(a.peers().is_empty(), "{what}: published");
+        assert_eq!(a.backend_stats().connected_peers, 0, "{what}: connected");
+    }
+    let peer = connect(&a, "c", &c);
+    let id = a.write_blocks(&peer, &[7], &[7]).expect("write");
+    wait_done(&a, &peer, &[id]);
+}

@@ -6,7 +6,7 @@ use blockwire::{Error, FailureReason, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Pair, connect, open, pair, poll_for, wait_done, wait_for};
+use crate::support::{Pair, connect, fill_all, open, pair, pattern, poll_for, wait_done, wait_for};
 
 /// Transfers running at remove surface as failed (peer removed) once they stop; the backend
 /// keeps the peer connected until then.
@@ -54,4 +54,22 @@ pub(crate) fn then_add_again<F: Fixture>(fx: &F) {
     connect(&a, "b", &b);
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
     wait_done(&a, &peer, &[id]);
+}
+
+/// A transfer that completed before its peer was removed, not yet polled, is reported done
+/// after the remove: only transfers still running become `PeerRemoved`.
+pub(crate) fn completed_before_remove_is_done<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096);
+    let Pair { a, b, peer, .. } = pair(fx, &spec);
+    fill_all(&a, 1);
+    let id = a.write_blocks(&peer, &[2], &[3]).expect("write");
+    crate::support::eventually("the bytes landed", || {
+        b.region().block(3).expect("block") == pattern(1, 2, 4096)
+    });
+    // Long enough for the completion to follow the bytes on any backend.
+    std::thread::sleep(Duration::from_millis(500));
+    a.remove_remote_peer(&peer).expect("remove");
+    let seen = wait_for(&a, Some(&peer), &[id]);
+    assert_eq!(seen[&id], Ok(()), "a transfer complete before the remove");
+    assert_eq!(a.backend_stats().connected_peers, 0);
 }
