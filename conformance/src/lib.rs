@@ -41,6 +41,13 @@ pub mod model;
 ))]
 pub mod peer;
 mod support;
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
+pub mod target_side;
 
 use std::sync::Arc;
 

@@ -10,10 +10,12 @@
 //! | `RESET` | `OK` once every block holds its own pattern again |
 //! | `ADD <name> <hex descriptor>` | `OK` once the peer is registered |
 //! | `WRITE <name> <l>:<r>,...` | `OK` once the write is done |
-//! | `POST <name> <l>:<r>,...` | `ID <id>` as soon as the write is posted |
-//! | `POSTREAD <name> <l>:<r>,...` | `ID <id>` as soon as the read is posted |
+//! | `POST <name> <l>:<r>,...` | `ID <id>` as soon as the write is posted, `REFUSED <why>` if the transport refused it |
+//! | `POSTREAD <name> <l>:<r>,...` | `ID <id>` as soon as the read is posted, `REFUSED <why>` if refused |
 //! | `SETTLE <ms>` | waits up to `ms` for every posted write and read to surface: `SETTLED <done> <failed> <elapsed ms> <first failure>`, or `PENDING <n> <elapsed ms>` |
 //! | `DROP` | `OK` once this process gave up access rights: as root it becomes user `nobody`, otherwise it makes itself non-dumpable (so same-user processes without `CAP_SYS_PTRACE` may no longer access its memory) |
+//! | `CLOSE <seed>` | `OK` once the transport is closed (not dropped: its memory stays mapped) and every block holds `pattern(seed, i)`, the canary |
+//! | `HOLDS <seed>` | `HOLDS <n>`: how many blocks `i` hold `pattern(seed, i)` |
 //! | `QUIT` | closes and exits 0 |
 //!
 //! Any error is `ERR <message>` and exit status 1.
@@ -170,13 +172,43 @@ fn serve_inner(open: Opener) -> Fallible<()> {
             [op @ ("POST" | "POSTREAD"), name, list] => {
                 let (local, remote): (Vec<u32>, Vec<u32>) = pairs(list)?.into_iter().unzip();
                 let peer = PeerId::from(*name);
-                let id = match *op {
+                let posted_now = match *op {
                     "POST" => t.write_blocks(&peer, &local, &remote),
                     _ => t.read_blocks(&peer, &local, &remote),
+                };
+                match posted_now {
+                    Ok(id) => {
+                        posted.push(id);
+                        say(&mut out, &format!("ID {id}"))?;
+                    }
+                    Err(
+                        e
+                        @ (blockwire::Error::Submit { .. } | blockwire::Error::PeerFaulted { .. }),
+                    ) => {
+                        say(&mut out, &format!("REFUSED {e}"))?;
+                    }
+                    Err(e) => return Err(e.to_string()),
                 }
-                .map_err(|e| e.to_string())?;
-                posted.push(id);
-                say(&mut out, &format!("ID {id}"))?;
+            }
+            ["CLOSE", s] => {
+                let s: u8 = s.parse().map_err(|e| format!("seed: {e}"))?;
+                t.close().map_err(|e| e.to_string())?;
+                for i in 0..blocks {
+                    t.region()
+                        .write_block(i, &pattern(s, i, len))
+                        .map_err(|e| e.to_string())?;
+                }
+                say(&mut out, "OK")?;
+            }
+            ["HOLDS", s] => {
+                let s: u8 = s.parse().map_err(|e| format!("seed: {e}"))?;
+                let mut n = 0;
+                for i in 0..blocks {
+                    if t.region().block(i).map_err(|e| e.to_string())? == pattern(s, i, len) {
+                        n += 1;
+                    }
+                }
+                say(&mut out, &format!("HOLDS {n}"))?;
             }
             ["RESET"] => {
                 for i in 0..blocks {

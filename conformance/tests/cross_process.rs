@@ -202,3 +202,62 @@ fn libfabric_tcp_dead_peer() {
 fn libfabric_shm_dead_peer() {
     dead_peer("libfabric", "provider=shm");
 }
+
+/// The target's side of close across processes (see `blockwire_conformance::target_side`) for
+/// one backend setting: each direction, transfers posted after the target's close and long
+/// transfers running while it closes.
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+fn target_side(backend: &str, opts: &str) {
+    let report = blockwire_conformance::target_side::target_side_with(
+        blockwire_conformance::peer::open_any,
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        backend,
+        opts,
+        DEAD_PEER_BOUND,
+    )
+    .unwrap_or_else(|e| panic!("target side, {backend} {opts}: {e}"));
+    eprintln!("target side, {backend} {opts:?}: {report:?}");
+}
+
+#[cfg(feature = "shm")]
+#[test]
+fn shm_target_side() {
+    target_side("shm", "");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_tcp_target_side() {
+    target_side("ucx", "tls=tcp");
+}
+
+/// UCX over shared memory without peer error handling: transfers to a closed target stall
+/// until the initiator's watchdog cuts them.
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_shm_target_side() {
+    target_side("ucx", "tls=posix,cma,peer_errors=false");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_tcp_target_side() {
+    target_side("libfabric", "provider=tcp,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_shm_target_side() {
+    target_side("libfabric", "provider=shm");
+}
+
+/// The target-side check for nixl, run by its own peer binary.
+#[cfg(feature = "nixl")]
+#[test]
+fn nixl_target_side() {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blockwire-nixl-peer"))
+        .arg("--target-side")
+        .status()
+        .expect("spawn blockwire-nixl-peer");
+    assert!(status.success(), "target side, nixl: {status}");
+}

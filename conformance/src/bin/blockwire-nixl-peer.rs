@@ -1,5 +1,5 @@
-//! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer` runs the
-//! dead-peer check against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
+//! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer` and
+//! `--target-side` run those checks against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
 //! transport, in a binary that never loads Debian's UCX (NIXL brings its own).
 
 use blockwire::BackendOptions;
@@ -41,6 +41,23 @@ fn main() -> std::process::ExitCode {
             }
             Err(e) => {
                 eprintln!("dead peer, nixl: {e}");
+                std::process::ExitCode::FAILURE
+            }
+        };
+    }
+    if std::env::args().nth(1).as_deref() == Some("--target-side") {
+        let exe = std::env::current_exe().map(|p| p.display().to_string());
+        let bound = std::time::Duration::from_secs(10);
+        return match exe.and_then(|exe| {
+            blockwire_conformance::target_side::target_side_with(open_nixl, &exe, "nixl", "", bound)
+                .map_err(std::io::Error::other)
+        }) {
+            Ok(report) => {
+                eprintln!("target side, nixl: {report:?}");
+                std::process::ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("target side, nixl: {e}");
                 std::process::ExitCode::FAILURE
             }
         };
