@@ -32,6 +32,7 @@ mod cases;
 pub mod dead_peer;
 mod fault;
 mod fixture;
+pub mod memory;
 pub mod model;
 #[cfg(any(
     feature = "shm",

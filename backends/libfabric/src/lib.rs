@@ -48,6 +48,15 @@
 //!   context allocated (a few dozen bytes each) until the process exits.
 //! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
 //!   `release` reports busy until every operation of the transfer has completed.
+//! - **Memory** (`tcp;ofi_rxm`): each endpoint preposts a shared receive queue of 4,096
+//!   buffers of 16 KiB (64 MiB, `FI_OFI_RXM_MSG_RX_SIZE` and `FI_OFI_RXM_BUFFER_SIZE`) and
+//!   opens a completion queue of 262,144 entries (12 MiB: its receive depth plus
+//!   `FI_UNIVERSE_SIZE`, 1,024, times its connections' transmit depth, 128). The queue's
+//!   pages become resident as completions go once around it (about 41 bytes per transfer
+//!   for the first 262,144 transfers), then resident memory stays flat
+//!   (`conformance/tests/memory.rs`). Those are libfabric's process-wide environment
+//!   settings, read at its first call: set them lower before starting a process that opens
+//!   many peers.
 //!
 //! ## Options
 //!
