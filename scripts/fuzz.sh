@@ -16,6 +16,12 @@
 # is written to fuzz/artifacts/<target>/; reproduce with
 # `RUSTC_BOOTSTRAP=1 cargo fuzz run -a <target> fuzz/artifacts/<target>/<file>`).
 #
+# FUZZ_FEATURES (for example `ucx,libfabric`) builds the targets with those features of the
+# fuzz crate: add_remote_peer then also runs those backends (needs what
+# scripts/setup-backends.sh installs). UCX's malloc and mmap hooks are turned off (they fight
+# ASan's allocator), and fuzz/lsan.supp keeps the leak check off allocations UCX holds until a
+# worker is destroyed (the fuzz fixture's never is).
+#
 # Needs Rust (stable), a C++ compiler for libFuzzer (installed with apt-get when missing and
 # run as root on Debian/Ubuntu), and installs cargo-fuzz when missing. Linux x86_64/aarch64.
 set -euo pipefail
@@ -30,6 +36,13 @@ if ! [[ $seconds =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
 fi
 export RUSTC_BOOTSTRAP=1
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
+export UCX_MODULES="${UCX_MODULES:-^ib*}"
+export LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
+features=()
+if [ -n "${FUZZ_FEATURES:-}" ]; then
+    features=(--features "$FUZZ_FEATURES")
+fi
 
 if ! command -v c++ >/dev/null 2>&1 && ! command -v g++ >/dev/null 2>&1; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -53,8 +66,8 @@ else
     mapfile -t targets < <(cargo fuzz list)
 fi
 
-echo "== cargo fuzz build -a (${targets[*]})"
-cargo fuzz build -a 2>&1
+echo "== cargo fuzz build -a ${features[*]} (${targets[*]})"
+cargo fuzz build -a "${features[@]}" 2>&1
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -74,7 +87,7 @@ for t in "${targets[@]}"; do
     echo "== fuzzing $t for ${seconds}s (seeds: $(find "$seeds" -type f | wc -l) files)"
     # libFuzzer writes new inputs into the first corpus directory and reads all of them.
     set +e
-    cargo fuzz run -a "$t" "$out" "$seeds" -- \
+    cargo fuzz run -a "${features[@]}" "$t" "$out" "$seeds" -- \
         -max_total_time="$seconds" -timeout=30 -print_final_stats=1 >"$log" 2>&1
     rc=$?
     set -e

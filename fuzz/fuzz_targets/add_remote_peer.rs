@@ -1,7 +1,11 @@
 //! Fuzz target `add_remote_peer`: registering a peer from an untrusted descriptor.
 //!
-//! One shm transport under test (`local`) and a second, real one (`template`) are opened once
-//! per process. Each input is turned into a descriptor in one of four ways (first byte):
+//! For every backend compiled in (shm always; ucx over TCP and libfabric's tcp and shm
+//! providers with the fuzz crate's features `ucx` and `libfabric`, which `scripts/fuzz.sh`
+//! builds with `FUZZ_FEATURES`; nixl cannot share a process with the system UCX), one
+//! transport under test (`local`) and a second, real one (`template`) are opened once per
+//! process. The first byte picks the backend (`byte / 4`, modulo their number: inputs below 4
+//! are shm's) and one of four ways to make a descriptor (`byte % 4`):
 //!
 //! - `0`: the rest is descriptor bytes, decoded with `PeerDescriptor::from_bytes`;
 //! - `1`: `template`'s valid descriptor with the rest as its shm address bytes verbatim, so the
@@ -10,11 +14,17 @@
 //!   and block length each XORed with the following input bytes (all zero: the unchanged,
 //!   valid descriptor), so the input reaches the backend's connect checks (local region
 //!   lookup, shape match);
-//! - `3`: `template`'s descriptor with an shm address naming a live process of another
+//! - `3`: shm: `template`'s descriptor with an shm address naming a live process of another
 //!   program (this process's parent, with its real start time) and the input's region token
 //!   and identity record address, base address and number of blocks XORed with the input, so
 //!   the input reaches the cross-process gate: reading the identity record there (read-only,
-//!   32 bytes; refused by the kernel or by the record check, never a registered region).
+//!   40 bytes; refused by the kernel or by the record check, never a registered region).
+//!   Other backends: `template`'s valid descriptor with the region it registered, which its
+//!   address carries (its last 20 bytes), and the descriptor's base address, number of blocks
+//!   and block length XORed with the input, so the input reaches the check that refuses a
+//!   descriptor disagreeing with its registration. (Their address bytes before that are the
+//!   libraries' own opaque formats, UCX's worker address and libfabric's endpoint name, which
+//!   this target does not feed to them altered.)
 //!
 //! Property checked: `add_remote_peer` returns `Ok` or a typed `Err`, never panics or crashes;
 //! after an `Ok`, `remove_remote_peer` succeeds; afterwards no peer is published or connected,
@@ -31,12 +41,18 @@ use libfuzzer_sys::fuzz_target;
 const BLOCKS: u32 = 4;
 const BLOCK_LEN: usize = 64;
 
-struct Fixture {
+/// One backend's transports.
+struct Backend {
     local: AnyTransport,
     template: AnyTransport,
     template_desc: PeerDescriptor,
     local_bytes: Vec<u8>,
     template_bytes: Vec<u8>,
+}
+
+struct Fixture {
+    /// shm first.
+    backends: Vec<Backend>,
     /// Pid and start time of a live process with no shm region (the parent), for mode 3.
     other_process: Option<(u32, u64)>,
 }
@@ -68,25 +84,51 @@ fn start_time(pid: u32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
-fn open() -> AnyTransport {
-    let opts = TransportOptions::default().with_backend_option("copy_threads", "1");
-    blockwire::open("shm", Region::new(BLOCKS, BLOCK_LEN).expect("region"), opts).expect("open shm")
+fn open(backend: &str, options: &[(&str, &str)]) -> AnyTransport {
+    let mut opts = TransportOptions::default();
+    for (k, v) in options {
+        opts = opts.with_backend_option(*k, *v);
+    }
+    blockwire::open(
+        backend,
+        Region::new(BLOCKS, BLOCK_LEN).expect("region"),
+        opts,
+    )
+    .unwrap_or_else(|e| panic!("open {backend}: {e}"))
 }
 
-static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
-    let local = open();
-    let template = open();
+fn backend(name: &str, options: &[(&str, &str)]) -> Backend {
+    let local = open(name, options);
+    let template = open(name, options);
     let template_desc = template.descriptor().expect("descriptor");
     let local_bytes = fill(&local, 0xA5);
     let template_bytes = fill(&template, 0x3C);
-    let parent = std::os::unix::process::parent_id();
-    let other_process = start_time(parent).map(|t| (parent, t));
-    Fixture {
+    Backend {
         local,
         template,
         template_desc,
         local_bytes,
         template_bytes,
+    }
+}
+
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    #[allow(unused_mut)]
+    let mut backends = vec![backend("shm", &[("copy_threads", "1")])];
+    #[cfg(feature = "ucx")]
+    backends.push(backend("ucx", &[("tls", "tcp")]));
+    #[cfg(feature = "libfabric")]
+    {
+        backends.push(backend(
+            "libfabric",
+            &[("provider", "tcp"), ("domain", "lo")],
+        ));
+        backends.push(backend("libfabric", &[("provider", "shm")]));
+    }
+    let parent = std::os::unix::process::parent_id();
+    let other_process = start_time(parent).map(|t| (parent, t));
+    Fixture {
+        backends,
         other_process,
     }
 });
@@ -106,30 +148,39 @@ fn take<const N: usize>(rest: &mut &[u8]) -> [u8; N] {
     out
 }
 
-fn descriptor(fx: &Fixture, data: &[u8]) -> Option<PeerDescriptor> {
-    let (&mode, rest) = data.split_first()?;
-    match mode % 4 {
-        0 => PeerDescriptor::from_bytes(rest).ok(),
+fn descriptor(fx: &Fixture, data: &[u8]) -> Option<(&'static Backend, PeerDescriptor)> {
+    let (&first, rest) = data.split_first()?;
+    let backends = &FIXTURE.backends;
+    let b = &backends[(first / 4) as usize % backends.len()];
+    let shm = b.local.backend_kind() == "shm";
+    let mut rest = rest;
+    let desc = match first % 4 {
+        0 => PeerDescriptor::from_bytes(rest).ok()?,
         1 => {
-            let mut d = fx.template_desc.clone();
+            let mut d = b.template_desc.clone();
             d.address = rest.to_vec();
-            Some(d)
+            d
         }
         2 => {
-            let mut d = fx.template_desc.clone();
-            let mut rest = rest;
+            let mut d = b.template_desc.clone();
             let n = d.address.len().min(rest.len());
-            xor_into(&mut d.address, &rest[..n]);
+            // Past shm, only the registered region the address ends with is altered.
+            let from = if shm {
+                0
+            } else {
+                d.address.len().saturating_sub(20)
+            };
+            let n = n.min(d.address.len() - from);
+            xor_into(&mut d.address[from..], &rest[..n]);
             rest = &rest[n..];
             d.base_addr ^= u64::from_le_bytes(take(&mut rest));
             d.num_blocks ^= u32::from_le_bytes(take(&mut rest));
             d.block_len ^= u64::from_le_bytes(take(&mut rest));
-            Some(d)
+            d
         }
-        _ => {
+        _ if shm => {
             let (pid, start) = fx.other_process?;
-            let mut d = fx.template_desc.clone();
-            let mut rest = rest;
+            let mut d = b.template_desc.clone();
             let token: [u8; 8] = take(&mut rest);
             let identity: [u8; 8] = take(&mut rest);
             d.address = [
@@ -142,37 +193,60 @@ fn descriptor(fx: &Fixture, data: &[u8]) -> Option<PeerDescriptor> {
             .concat();
             d.base_addr ^= u64::from_le_bytes(take(&mut rest));
             d.num_blocks ^= u32::from_le_bytes(take(&mut rest));
-            Some(d)
+            d
         }
-    }
+        _ => {
+            let mut d = b.template_desc.clone();
+            d.base_addr ^= u64::from_le_bytes(take(&mut rest));
+            d.num_blocks ^= u32::from_le_bytes(take(&mut rest));
+            d.block_len ^= u64::from_le_bytes(take(&mut rest));
+            d
+        }
+    };
+    Some((b, desc))
 }
 
 fuzz_target!(|data: &[u8]| {
     let fx = &*FIXTURE;
     let peer = PeerId::from("fuzz-peer");
-    if let Some(desc) = descriptor(fx, data) {
-        match fx.local.add_remote_peer(&peer, &desc) {
+    if let Some((b, desc)) = descriptor(fx, data) {
+        let registered = desc == b.template_desc;
+        let added = b.local.add_remote_peer(&peer, &desc);
+        match &added {
             Ok(()) => {
-                assert_eq!(fx.local.peers(), vec![peer.clone()]);
-                if let Err(e) = fx.local.remove_remote_peer(&peer) {
+                assert_eq!(b.local.peers(), vec![peer.clone()]);
+                if let Err(e) = b.local.remove_remote_peer(&peer) {
                     panic!("remove after a successful add failed: {e:?}");
                 }
             }
             // Every refusal is a typed error; none may claim the transport closed.
             Err(Error::Closed) => panic!("add_remote_peer says Closed on an open transport"),
+            Err(e) if registered => panic!("the template's own descriptor was refused: {e}"),
             Err(_) => {}
         }
+        // A descriptor is accepted only with the region fields of a region registered here
+        // (the template's, or the local transport's own).
+        let shape = |d: &PeerDescriptor| (d.base_addr, d.num_blocks, d.block_len);
+        let local_desc = b.local.descriptor().expect("descriptor");
+        assert!(
+            added.is_err()
+                || shape(&desc) == shape(&b.template_desc)
+                || shape(&desc) == shape(&local_desc),
+            "a descriptor disagreeing with every registration was accepted: {desc:?}"
+        );
     }
-    assert!(fx.local.peers().is_empty(), "a peer stayed published");
-    let stats = fx.local.backend_stats();
-    assert_eq!(stats.connected_peers, 0, "a backend peer stayed connected");
-    assert_eq!(stats.live_transfers, 0, "a transfer appeared");
-    assert!(
-        snapshot(&fx.local) == fx.local_bytes,
-        "the local region changed"
-    );
-    assert!(
-        snapshot(&fx.template) == fx.template_bytes,
-        "the template peer's region changed"
-    );
+    for b in &fx.backends {
+        assert!(b.local.peers().is_empty(), "a peer stayed published");
+        let stats = b.local.backend_stats();
+        assert_eq!(stats.connected_peers, 0, "a backend peer stayed connected");
+        assert_eq!(stats.live_transfers, 0, "a transfer appeared");
+        assert!(
+            snapshot(&b.local) == b.local_bytes,
+            "the local region changed"
+        );
+        assert!(
+            snapshot(&b.template) == b.template_bytes,
+            "the template peer's region changed"
+        );
+    }
 });
