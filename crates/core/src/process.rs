@@ -145,6 +145,44 @@ impl PeerProcess {
         Ok(unsafe { OwnedFd::from_raw_fd(got) })
     }
 
+    /// Whether the process is dying: it has exited, has begun to exit (the kernel's
+    /// `PF_EXITING`), or has a `SIGKILL` pending. Between a kill and the exit, which for a
+    /// large process takes milliseconds, it still looks alive to
+    /// [`PeerProcess::has_exited`]. Reads `/proc`: for occasional use.
+    ///
+    /// ```
+    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// assert!(!me.is_dying());
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn is_dying(&self) -> bool {
+        if self.has_exited() {
+            return true;
+        }
+        // Field 9 of /proc/<pid>/stat (after the parenthesized name): the kernel's task
+        // flags, with PF_EXITING set from the start of the exit.
+        const PF_EXITING: u64 = 0x4;
+        let exiting = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|stat| {
+                let after = &stat[stat.rfind(')')? + 1..];
+                after.split_whitespace().nth(6)?.parse::<u64>().ok()
+            })
+            .is_none_or(|flags| flags & PF_EXITING != 0);
+        if exiting {
+            return true;
+        }
+        let kill = 1u64 << (libc::SIGKILL - 1);
+        std::fs::read_to_string(format!("/proc/{}/status", self.pid)).is_ok_and(|status| {
+            status.lines().any(|line| {
+                line.strip_prefix("ShdPnd:")
+                    .or_else(|| line.strip_prefix("SigPnd:"))
+                    .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+                    .is_some_and(|mask| mask & kill != 0)
+            })
+        })
+    }
+
     /// Whether the process has exited (its pidfd became readable: a zombie not yet reaped by
     /// its parent counts as exited). Never blocks.
     ///
@@ -176,6 +214,24 @@ impl std::fmt::Debug for PeerProcess {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_killed_process_is_dying_before_it_is_reaped() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let peer = PeerProcess::open(child.id(), None).expect("open");
+        assert!(!peer.is_dying());
+        child.kill().expect("kill");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !peer.is_dying() {
+            assert!(std::time::Instant::now() < deadline, "never seen dying");
+            std::thread::yield_now();
+        }
+        child.wait().expect("reap");
+        assert!(peer.is_dying());
+    }
 
     #[test]
     fn a_process_that_never_existed_is_a_disconnect() {

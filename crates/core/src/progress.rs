@@ -172,8 +172,84 @@ impl ProgressThread {
     }
 }
 
+impl ProgressThread {
+    /// Stops the thread and joins it if it ends within `bound`; otherwise leaves it running,
+    /// detached, and returns `false`: for a thread that may be stuck inside a library call
+    /// that never returns (whatever that call uses must then never be freed).
+    ///
+    /// ```
+    /// let mut t = blockwire_core::ProgressThread::spawn("w", Default::default(), || 0)?;
+    /// assert!(t.stop_within(std::time::Duration::from_secs(5)));
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn stop_within(&mut self, bound: Duration) -> bool {
+        self.stop.store(true, Ordering::Release);
+        let Some(h) = self.handle.take() else {
+            return true;
+        };
+        if let Some(wake) = &self.wake {
+            wake();
+        }
+        h.thread().unpark();
+        let start = std::time::Instant::now();
+        while !h.is_finished() {
+            if start.elapsed() >= bound {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let _ = h.join();
+        true
+    }
+}
+
+impl ProgressThread {
+    /// Asks the thread to stop and lets it go without waiting: for one stuck inside a call
+    /// that may never return (it ends after that call, if it ever returns).
+    ///
+    /// ```
+    /// let t = blockwire_core::ProgressThread::spawn("d", Default::default(), || 0)?;
+    /// t.detach();
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn detach(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.handle.take() {
+            h.thread().unpark();
+        }
+    }
+}
+
 impl Drop for ProgressThread {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_within_leaves_a_stuck_thread_and_joins_a_free_one() {
+        let release = Arc::new(AtomicBool::new(false));
+        let entered = Arc::new(AtomicBool::new(false));
+        let (r, e) = (release.clone(), entered.clone());
+        let mut stuck = ProgressThread::spawn("stuck", Duration::from_millis(1), move || {
+            e.store(true, Ordering::Release);
+            while !r.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            0
+        })
+        .expect("spawn");
+        while !entered.load(Ordering::Acquire) {
+            std::thread::yield_now();
+        }
+        assert!(!stuck.stop_within(Duration::from_millis(20)));
+        release.store(true, Ordering::Release);
+        let mut free =
+            ProgressThread::spawn("free", Duration::from_millis(1), || 0).expect("spawn");
+        assert!(free.stop_within(Duration::from_secs(5)));
     }
 }
