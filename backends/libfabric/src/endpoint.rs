@@ -16,6 +16,7 @@ use std::sync::Arc;
 use blockwire_core::BackendError;
 use libfabric_sys::*;
 
+use crate::completion::Outstanding;
 use crate::errors::check;
 use crate::fabric::{Fabric, close};
 
@@ -27,6 +28,8 @@ const PEER_RX_SIZE: usize = 16;
 pub(crate) struct Endpoint {
     pub(crate) ep: *mut fid_ep,
     pub(crate) av: *mut fid_av,
+    /// Operations posted through `ep` and not completed yet.
+    pub(crate) outstanding: Arc<Outstanding>,
     /// Its own completion queue.
     cq: *mut fid_cq,
     fabric: Arc<Fabric>,
@@ -44,6 +47,7 @@ impl Endpoint {
         let mut e = Endpoint {
             ep: ptr::null_mut(),
             av: ptr::null_mut(),
+            outstanding: Arc::new(Outstanding::default()),
             cq: ptr::null_mut(),
             fabric: fabric.clone(),
         };
@@ -106,7 +110,8 @@ impl Drop for Endpoint {
             self.fabric.peer_queues.remove(self.cq);
         }
         // SAFETY: null or live objects of this endpoint, closed once: the endpoint, then what
-        // it is bound to. Its operations are completed, or will never be (a cut link).
+        // it is bound to. Its operations are completed, or will never be (a cut link), and
+        // their contexts are freed once nothing can complete them.
         unsafe {
             if !self.ep.is_null() {
                 close("closing a peer's endpoint", &mut (*self.ep).fid);
@@ -117,6 +122,8 @@ impl Drop for Endpoint {
             if !self.cq.is_null() {
                 close("closing a peer's completion queue", &mut (*self.cq).fid);
             }
+            // Closed: what the provider never completed, it never will (a cut link's).
+            self.outstanding.abandon();
         }
     }
 }

@@ -5,73 +5,17 @@
 use std::ffi::{CStr, CString, c_void};
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason, ProgressThread, RegionSpan};
+use blockwire_core::{BackendError, BackendErrorKind, ProgressThread, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
-use crate::errors::{EAVAIL, check, error, reason};
+use crate::completion::{Outstanding, poll_cq};
+use crate::errors::{check, error};
 use crate::local;
-use crate::post::Retries;
 use crate::queues::PeerQueues;
-
-/// One transfer: its posted operations not yet completed, and the first failure.
-pub(crate) struct Transfer {
-    pub(crate) pending: AtomicUsize,
-    pub(crate) posted_all: AtomicBool,
-    pub(crate) failure: Mutex<Option<FailureReason>>,
-    /// Its link was cut: no byte of it moves any more, whatever the provider still holds
-    /// (operations it never completes keep their context, and this transfer, allocated).
-    cut: AtomicBool,
-}
-
-impl Transfer {
-    pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Transfer {
-            pending: AtomicUsize::new(0),
-            posted_all: AtomicBool::new(false),
-            failure: Mutex::new(None),
-            cut: AtomicBool::new(false),
-        })
-    }
-
-    pub(crate) fn fail(&self, why: FailureReason) {
-        self.failure.lock().get_or_insert(why);
-    }
-
-    /// Ends the transfer as failed because its link was cut (see `Link::cut_if_safe`).
-    pub(crate) fn cut(&self, why: FailureReason) {
-        self.fail(why);
-        self.cut.store(true, Ordering::Release);
-    }
-
-    /// Every posted operation has completed (or failed), or the link was cut: no byte of it
-    /// moves any more.
-    pub(crate) fn stopped(&self) -> bool {
-        self.cut.load(Ordering::Acquire)
-            || (self.posted_all.load(Ordering::Acquire)
-                && self.pending.load(Ordering::Acquire) == 0)
-    }
-}
-
-/// The context of one posted operation: libfabric's scratch space first (`FI_CONTEXT2`), then
-/// the transfer it belongs to. Boxed at post, reclaimed at its completion.
-#[repr(C)]
-pub(crate) struct OpContext {
-    fi: fi_context2,
-    pub(crate) transfer: Arc<Transfer>,
-}
-
-impl OpContext {
-    pub(crate) fn new(transfer: Arc<Transfer>) -> *mut OpContext {
-        Box::into_raw(Box::new(OpContext {
-            fi: fi_context2::default(),
-            transfer,
-        }))
-    }
-}
+use crate::retry::{MainPost, Retries};
 
 /// Settings from the backend options.
 #[derive(Clone, Debug)]
@@ -88,11 +32,6 @@ pub(crate) struct Settings {
 }
 
 pub(crate) struct Raw(pub(crate) *mut fid_cq);
-
-/// The receiving endpoint and local descriptor, for the progress thread's retries.
-struct RawPost(*mut fid_ep, *mut c_void);
-// SAFETY: objects of an FI_THREAD_SAFE domain; only their addresses are shared.
-unsafe impl Send for RawPost {}
 
 struct RawFabric(*mut fid_fabric);
 // SAFETY: the fabric of an FI_THREAD_SAFE domain; the pointer is an address.
@@ -111,6 +50,8 @@ pub(crate) struct Fabric {
     fabric: *mut fid_fabric,
     pub(crate) domain: *mut fid_domain,
     pub(crate) ep: *mut fid_ep,
+    /// Operations posted through `ep` and not completed yet.
+    pub(crate) outstanding: Arc<Outstanding>,
     pub(crate) cq: *mut fid_cq,
     pub(crate) av: *mut fid_av,
     mr: *mut fid_mr,
@@ -123,7 +64,7 @@ pub(crate) struct Fabric {
     /// What `fi_getinfo` granted, in words (for logs and users).
     pub(crate) attributes: String,
     progress: Mutex<Option<ProgressThread>>,
-    /// Operations the provider refused for now, posted by the progress thread.
+    /// Operations the provider refused for now, and their thread (`crate::retry`).
     pub(crate) retries: Arc<Retries>,
     /// Set by [`Fabric::revoke`]; what it closed already.
     revoked: Mutex<Option<Revoked>>,
@@ -164,6 +105,7 @@ impl Fabric {
             fabric: ptr::null_mut(),
             domain: ptr::null_mut(),
             ep: ptr::null_mut(),
+            outstanding: Arc::new(Outstanding::default()),
             cq: ptr::null_mut(),
             av: ptr::null_mut(),
             mr: ptr::null_mut(),
@@ -174,7 +116,7 @@ impl Fabric {
             provider: String::new(),
             attributes: String::new(),
             progress: Mutex::new(None),
-            retries: Arc::new(Retries::default()),
+            retries: Retries::new(settings.idle_sleep),
             revoked: Mutex::new(None),
             waitable: false,
             mr_endpoint: false,
@@ -390,20 +332,18 @@ impl Fabric {
         let cq = Raw(f.cq);
         let peers = f.peer_queues.clone();
         let retries = f.retries.clone();
-        let post = RawPost(f.ep, f.desc);
         let thread = if f.waitable {
             let wake = Raw(f.cq);
             let fabric = RawFabric(f.fabric);
             ProgressThread::spawn_waiting(
                 "ofi",
                 move || {
-                    let (cq, fabric, post) = (&cq, &fabric, &post);
+                    let (cq, fabric) = (&cq, &fabric);
                     let busy = !retries.is_empty();
-                    // SAFETY: the fabric, queue and endpoint outlive this thread:
-                    // `Fabric::revoke` and `Fabric::drop` stop and join it first; the queues
-                    // wait (`waitable`).
+                    // SAFETY: the fabric and queue outlive this thread: `Fabric::revoke` and
+                    // `Fabric::drop` stop and join it first; the queues wait (`waitable`).
                     unsafe { peers.wait(fabric.0, cq.0, busy) };
-                    retries.run(post.0, post.1);
+                    retries.watch();
                 },
                 move || {
                     let cq = &wake;
@@ -413,14 +353,21 @@ impl Fabric {
             )
         } else {
             ProgressThread::spawn("ofi", settings.idle_sleep, move || {
-                let (cq, post) = (&cq, &post);
-                // SAFETY: the queue and endpoint outlive this thread: `Fabric::revoke` and
-                // `Fabric::drop` stop and join it first.
-                unsafe { poll_cq(cq.0) + peers.poll() + retries.run(post.0, post.1) }
+                let cq = &cq;
+                // SAFETY: the queue outlives this thread: `Fabric::revoke` and `Fabric::drop`
+                // stop and join it first.
+                let n = unsafe { poll_cq(cq.0) + peers.poll() };
+                retries.watch();
+                n
             })
         }
         .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
         *f.progress.get_mut() = Some(thread);
+        // The endpoint and descriptor outlive the retry thread: `Fabric::revoke` and
+        // `Fabric::drop` stop and join it first, or, when one is stuck in a post, never close
+        // them.
+        f.retries
+            .start(MainPost(f.ep, f.outstanding.clone(), f.desc))?;
         let f = Arc::new(f);
         if f.provider == "shm" {
             local::register(&f.name, &f);
@@ -433,6 +380,25 @@ impl Fabric {
         if let Some(t) = &*self.progress.lock() {
             t.kick();
         }
+    }
+
+    /// Wakes the retry thread (operations were queued).
+    pub(crate) fn kick_retries(&self) {
+        self.retries.kick();
+    }
+
+    /// Stops the retry thread; whether one is stuck in a post (see `crate::retry`), and the
+    /// endpoint and what it is bound to must then stay open.
+    fn stop_retries(&self) -> bool {
+        let wedged = self.retries.stop();
+        if wedged {
+            tracing::error!(
+                provider = %self.provider,
+                "libfabric: a retry thread is stuck in a post: the endpoint stays open, and \
+                 the region registered, for the process's lifetime"
+            );
+        }
+        wedged
     }
 
     /// Whether [`Fabric::revoke`] ran.
@@ -454,6 +420,7 @@ impl Fabric {
             return;
         }
         let shm = self.provider == "shm";
+        let wedged = self.stop_retries();
         // First: this endpoint's progress serves peers' commands by writing into their
         // regions, which a peer endpoint of this process unmaps when it closes (below).
         if let Some(mut t) = self.progress.lock().take() {
@@ -472,11 +439,11 @@ impl Fabric {
         // transport refuses them after close); each is closed once (`Drop` skips what this
         // closed).
         unsafe {
-            if !self.mr.is_null() {
+            if !self.mr.is_null() && !wedged {
                 close("closing the memory registration", &mut (*self.mr).fid);
                 done.mr_closed = true;
             }
-            if !shm && !self.ep.is_null() {
+            if !shm && !wedged && !self.ep.is_null() {
                 close("closing the endpoint", &mut (*self.ep).fid);
                 done.ep_closed = true;
             }
@@ -497,72 +464,6 @@ struct Revoked {
     ep_closed: bool,
 }
 
-/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
-///
-/// # Safety
-///
-/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
-pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
-    let mut entries = [fi_cq_entry::default(); 16];
-    // SAFETY: `entries` holds 16 context-format entries.
-    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
-    // SAFETY: per this function's contract.
-    unsafe { dispatch(cq, n, &entries) }
-}
-
-/// Completes the `n` entries one read returned, or reads the error it announced.
-///
-/// # Safety
-///
-/// As for [`poll_cq`].
-unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
-    if n > 0 {
-        for e in &entries[..n as usize] {
-            // SAFETY: every operation is posted with a boxed OpContext, completed once.
-            unsafe { complete(e.op_context, None) };
-        }
-        return n as usize;
-    }
-    if n == EAVAIL {
-        let mut err = fi_cq_err_entry::default();
-        // SAFETY: a live queue and a writable error entry.
-        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
-        if r > 0 {
-            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
-            let text = unsafe {
-                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
-                if p.is_null() {
-                    String::new()
-                } else {
-                    CStr::from_ptr(p).to_string_lossy().into_owned()
-                }
-            };
-            tracing::debug!(err = err.err, %text, "libfabric completion error");
-            // SAFETY: as above.
-            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
-            return 1;
-        }
-    }
-    0
-}
-
-/// Completes one operation.
-///
-/// # Safety
-///
-/// `context` is an `OpContext` boxed at post and not completed before (or null).
-unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
-    if context.is_null() {
-        return;
-    }
-    // SAFETY: per this function's contract.
-    let op = unsafe { Box::from_raw(context.cast::<OpContext>()) };
-    if let Some(why) = failure {
-        op.transfer.fail(why);
-    }
-    op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
-}
-
 pub(crate) fn close(what: &str, fid: *mut fid) {
     if fid.is_null() {
         return;
@@ -576,11 +477,16 @@ pub(crate) fn close(what: &str, fid: *mut fid) {
 
 impl Drop for Fabric {
     fn drop(&mut self) {
+        let wedged = self.stop_retries();
         if let Some(mut t) = self.progress.get_mut().take() {
             t.stop();
         }
         if self.provider == "shm" {
             local::unregister(&self.name);
+        }
+        if wedged {
+            // The stuck post uses the endpoint and what it is bound to: none of it is closed.
+            return;
         }
         let (mr_closed, ep_closed) = self
             .revoked
@@ -603,6 +509,8 @@ impl Drop for Fabric {
             if !self.cq.is_null() {
                 close("closing the completion queue", &mut (*self.cq).fid);
             }
+            // The endpoint and its queue are closed: what it never completed, it never will.
+            self.outstanding.abandon();
             if !self.domain.is_null() {
                 close("closing the domain", &mut (*self.domain).fid);
             }

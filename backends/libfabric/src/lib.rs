@@ -44,8 +44,15 @@
 //!   exited (watched through a pidfd, the pid being in its endpoint name) is: the first post
 //!   to it after it exited is refused and cuts the link, which fails its transfers in flight.
 //!   libfabric 1.17's `shm` would otherwise spin forever in `fi_writemsg` to a peer killed
-//!   while holding its region's lock. Operations the provider never completes keep their
-//!   context allocated (a few dozen bytes each) until the process exits.
+//!   while holding its region's lock. A kill that lands between that check and the provider
+//!   taking the lock still leaves one post spinning: in a retry (operations the provider
+//!   refused for now, posted by a thread of their own), the progress thread notices it after
+//!   a second, fails what was queued for that peer and starts a new retry thread, so other
+//!   peers and completions go on; the backend's endpoint then stays open for the process's
+//!   lifetime. In a caller's own post (a peer killed within microseconds of it) the call
+//!   does not return: a libfabric 1.17 bug blockwire cannot reach. Operations the provider never completes keep their
+//!   context allocated until their endpoint closes (the peer's own, with the link; the
+//!   backend's, with the backend).
 //! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
 //!   `release` reports busy until every operation of the transfer has completed.
 //! - **Memory** (`tcp;ofi_rxm`): each endpoint preposts a shared receive queue of 4,096
@@ -93,6 +100,7 @@
 //! ```
 
 mod address;
+mod completion;
 mod endpoint;
 mod errors;
 mod fabric;
@@ -100,6 +108,7 @@ mod link;
 mod local;
 mod post;
 mod queues;
+mod retry;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -112,8 +121,9 @@ use blockwire_core::{
 };
 
 use address::OfiAddress;
+use completion::Transfer;
 use errors::EAGAIN;
-use fabric::{Fabric, Settings, Transfer};
+use fabric::{Fabric, Settings};
 use link::{Link, Links};
 use post::RmaOp;
 
@@ -337,7 +347,7 @@ impl Backend for OfiBackend {
         });
         // Held until every operation is posted or queued: a cut waits for it.
         let held = peer.link.hold()?;
-        let ep = held.ep_or(fabric.ep);
+        let ep = held.ep_or((fabric.ep, &fabric.outstanding));
         let transfer = Transfer::new();
         // Behind operations already queued for this peer, in order.
         let mut queue_from = (peer.link.queued.load(Ordering::Acquire) > 0).then_some(0);
@@ -366,7 +376,7 @@ impl Backend for OfiBackend {
         }
         held.track(&transfer);
         match queue_from {
-            // The provider refused more for now: the progress thread posts the rest.
+            // The provider refused more for now: the retry thread posts the rest (`crate::retry`).
             Some(i) => {
                 let rest = ops.split_off(i);
                 tracing::trace!(queued = rest.len(), "libfabric post queued for retry");
@@ -375,6 +385,9 @@ impl Backend for OfiBackend {
             None => transfer.posted_all.store(true, Ordering::Release),
         }
         drop(held);
+        if queue_from.is_some() {
+            fabric.kick_retries();
+        }
         fabric.kick();
         Ok(OfiXfer {
             transfer,

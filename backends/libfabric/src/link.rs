@@ -11,9 +11,11 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason, PostedTransf
 use libfabric_sys::*;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
+use crate::completion::Outstanding;
+use crate::completion::Transfer;
 use crate::endpoint::Endpoint;
 use crate::errors;
-use crate::fabric::{Fabric, Transfer};
+use crate::fabric::Fabric;
 use crate::local;
 
 /// One remote endpoint: its address-vector entry, whether it was cut, and the transfers posted
@@ -21,8 +23,12 @@ use crate::local;
 pub(crate) struct Link {
     pub(crate) addr: fi_addr_t,
     name: Vec<u8>,
-    /// Whether it was cut, and its endpoint. Posts hold it shared for their whole duration,
-    /// so a cut never runs under one.
+    /// `Some(why)` once cut. Apart from the endpoint, so that a cut that closes nothing
+    /// never waits for a post (one stuck in the provider, as 1.17's `shm` spins on a lock
+    /// its peer died holding).
+    cut: Mutex<Option<String>>,
+    /// Its endpoint. Posts hold it shared for their whole duration, so a cut that closes it
+    /// never runs under one.
     state: RwLock<LinkState>,
     /// Connected peers that use this entry.
     peers: AtomicUsize,
@@ -35,7 +41,7 @@ pub(crate) struct Link {
     shm_file: Option<PathBuf>,
     /// The peer has an endpoint of its own (`endpoint_per_peer`).
     own_endpoint: bool,
-    /// Transfers with operations queued for the progress thread to post (`crate::post`):
+    /// Transfers with operations queued for the retry thread to post (`crate::retry`):
     /// later posts queue behind them.
     pub(crate) queued: AtomicUsize,
     /// A peer endpoint of this process: its backend, kept alive (and its region mapped)
@@ -45,8 +51,6 @@ pub(crate) struct Link {
 }
 
 struct LinkState {
-    /// `Some(why)` once cut.
-    cut: Option<String>,
     /// This peer's own endpoint (`endpoint_per_peer`; closed by a cut on `tcp`), else posts
     /// use the backend's.
     endpoint: Option<Endpoint>,
@@ -59,9 +63,16 @@ pub(crate) struct Held<'a> {
 }
 
 impl Held<'_> {
-    /// The endpoint posts to this peer go through: its own, or `main` (the backend's).
-    pub(crate) fn ep_or(&self, main: *mut fid_ep) -> *mut fid_ep {
-        self.guard.endpoint.as_ref().map_or(main, |e| e.ep)
+    /// The endpoint posts to this peer go through, with its outstanding operations: its own,
+    /// or `main` (the backend's).
+    pub(crate) fn ep_or<'a>(
+        &'a self,
+        main: (*mut fid_ep, &'a Arc<Outstanding>),
+    ) -> (*mut fid_ep, &'a Arc<Outstanding>) {
+        self.guard
+            .endpoint
+            .as_ref()
+            .map_or(main, |e| (e.ep, &e.outstanding))
     }
 
     /// Records a transfer posted through the link, for a later cut.
@@ -96,7 +107,7 @@ impl Link {
         };
         {
             let guard = self.state.read();
-            if let Some(why) = &guard.cut {
+            if let Some(why) = &*self.cut.lock() {
                 return Err(refused(why));
             }
             if self.gone().is_none() {
@@ -106,6 +117,18 @@ impl Link {
         let why = self.gone().unwrap_or_default();
         self.cut(&why, false);
         Err(refused(&why))
+    }
+
+    /// [`Link::hold`] for a post of the retry thread, which come while the peer
+    /// refuses operations, as a dying one does: refused, and the link cut, also while the
+    /// `shm` peer process has a `SIGKILL` pending (between the kill and its exit the
+    /// provider would post into it, and spin forever if it died holding its region's lock).
+    pub(crate) fn hold_for_retry(&self) -> Result<Held<'_>, BackendError> {
+        if let Some(p) = self.process.as_ref().filter(|p| p.is_dying()) {
+            let why = format!("the peer process {} is being killed", p.pid());
+            self.cut(&why, false);
+        }
+        self.hold()
     }
 
     /// Why the `shm` peer in another process will never serve an operation again: its
@@ -149,7 +172,7 @@ impl Link {
     ///   landed in the local region after it once a cut network link came back
     ///   (`conformance/tests/two_hosts.rs`).
     pub(crate) fn cut_if_safe(&self, fabric: &Fabric) -> bool {
-        if self.state.read().cut.is_some() {
+        if self.cut.lock().is_some() {
             return true;
         }
         if fabric.provider == "shm" {
@@ -173,16 +196,18 @@ impl Link {
     /// entry stays (libfabric 1.17's shm provider breaks after `fi_av_remove`, see
     /// `Links::release`; elsewhere it goes with the endpoint, or at the last release).
     fn cut(&self, why: &str, close: bool) {
-        let mut state = self.state.write();
-        if state.cut.is_none() {
-            tracing::warn!(reason = why, "libfabric link cut");
-            state.cut = Some(why.to_owned());
-            if close {
-                // No post runs (the write lock) and none will: the endpoint closes here.
-                drop(state.endpoint.take());
+        {
+            let mut cut = self.cut.lock();
+            if cut.is_some() {
+                return;
             }
+            tracing::warn!(reason = why, "libfabric link cut");
+            *cut = Some(why.to_owned());
         }
-        drop(state);
+        if close {
+            // No post runs (the write lock) and none will (the cut): the endpoint closes.
+            drop(self.state.write().endpoint.take());
+        }
         let reason = FailureReason::RemoteDisconnect(format!("the connection was cut: {why}"));
         for t in self.transfers.take() {
             t.cut(reason.clone());
@@ -208,7 +233,7 @@ impl Links {
         let mut by_name = self.by_name.lock();
         let previous = by_name.get(name).cloned();
         if let Some(link) = &previous {
-            if link.state.read().cut.is_none() {
+            if link.cut.lock().is_none() {
                 link.peers.fetch_add(1, Ordering::AcqRel);
                 return Ok(link.clone());
             }
@@ -277,10 +302,8 @@ impl Links {
         Ok(Arc::new(Link {
             addr,
             name: name.to_vec(),
-            state: RwLock::new(LinkState {
-                cut: None,
-                endpoint,
-            }),
+            cut: Mutex::new(None),
+            state: RwLock::new(LinkState { endpoint }),
             peers: AtomicUsize::new(1),
             transfers: PostedTransfers::default(),
             process,

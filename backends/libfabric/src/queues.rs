@@ -11,8 +11,9 @@ use blockwire_core::BackendError;
 use libfabric_sys::*;
 use parking_lot::RwLock;
 
+use crate::completion::poll_cq;
 use crate::errors::check;
-use crate::fabric::{Raw, poll_cq};
+use crate::fabric::Raw;
 
 /// How long the progress thread sleeps in `epoll_wait` at most (a stop signals the backend's
 /// queue, which wakes it at once).

@@ -1,0 +1,182 @@
+//! Transfers and the completion of their operations: each posted operation carries a boxed
+//! [`OpContext`] naming its [`Transfer`], reclaimed when its completion is read. An endpoint
+//! keeps the contexts of its operations still outstanding ([`Outstanding`]), so that closing
+//! it (a cut link, a peer removed) frees those the provider will now never complete.
+
+use std::collections::HashSet;
+use std::ffi::{CStr, c_void};
+use std::ptr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use blockwire_core::FailureReason;
+use libfabric_sys::*;
+use parking_lot::Mutex;
+
+use crate::errors::{EAVAIL, reason};
+
+/// One transfer: its posted operations not yet completed, and the first failure.
+pub(crate) struct Transfer {
+    pub(crate) pending: AtomicUsize,
+    pub(crate) posted_all: AtomicBool,
+    pub(crate) failure: Mutex<Option<FailureReason>>,
+    /// Its link was cut: no byte of it moves any more, whatever the provider still holds
+    /// (operations it never completes keep their context, and this transfer, allocated).
+    cut: AtomicBool,
+}
+
+impl Transfer {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Transfer {
+            pending: AtomicUsize::new(0),
+            posted_all: AtomicBool::new(false),
+            failure: Mutex::new(None),
+            cut: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn fail(&self, why: FailureReason) {
+        self.failure.lock().get_or_insert(why);
+    }
+
+    /// Ends the transfer as failed because its link was cut (see `Link::cut_if_safe`).
+    pub(crate) fn cut(&self, why: FailureReason) {
+        self.fail(why);
+        self.cut.store(true, Ordering::Release);
+    }
+
+    /// Every posted operation has completed (or failed), or the link was cut: no byte of it
+    /// moves any more.
+    pub(crate) fn stopped(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+            || (self.posted_all.load(Ordering::Acquire)
+                && self.pending.load(Ordering::Acquire) == 0)
+    }
+}
+
+/// The context of one posted operation: libfabric's scratch space first (`FI_CONTEXT2`), then
+/// the transfer it belongs to. Boxed at post, reclaimed at its completion.
+#[repr(C)]
+pub(crate) struct OpContext {
+    fi: fi_context2,
+    pub(crate) transfer: Arc<Transfer>,
+    /// The outstanding set of the endpoint it was posted through.
+    outstanding: Arc<Outstanding>,
+}
+
+impl OpContext {
+    /// A context for one operation of `transfer` through the endpoint owning `outstanding`,
+    /// recorded there (before the post: its completion may come at once).
+    pub(crate) fn new(transfer: Arc<Transfer>, outstanding: &Arc<Outstanding>) -> *mut OpContext {
+        let context = Box::into_raw(Box::new(OpContext {
+            fi: fi_context2::default(),
+            transfer,
+            outstanding: outstanding.clone(),
+        }));
+        outstanding.0.lock().insert(context as usize);
+        context
+    }
+
+    /// Frees a context the provider did not take (its post failed).
+    ///
+    /// # Safety
+    ///
+    /// `context` came from [`OpContext::new`] and the provider does not hold it.
+    pub(crate) unsafe fn reclaim(context: *mut OpContext) {
+        // SAFETY: per this function's contract.
+        let op = unsafe { Box::from_raw(context) };
+        op.outstanding.0.lock().remove(&(context as usize));
+    }
+}
+
+/// The contexts of the operations posted through one endpoint and not completed yet.
+#[derive(Default)]
+pub(crate) struct Outstanding(Mutex<HashSet<usize>>);
+
+impl Outstanding {
+    /// Frees every context still recorded, and ends its operation as failed.
+    ///
+    /// # Safety
+    ///
+    /// The endpoint they were posted through, and its completion queue, are closed: the
+    /// provider will never complete them.
+    pub(crate) unsafe fn abandon(&self) {
+        let left: Vec<usize> = self.0.lock().drain().collect();
+        for context in left {
+            // SAFETY: recorded by `OpContext::new` and never completed, so still boxed; the
+            // provider no longer holds it (this function's contract).
+            let op = unsafe { Box::from_raw(context as *mut OpContext) };
+            op.transfer.fail(FailureReason::RemoteDisconnect(
+                "the endpoint closed before the operation completed".into(),
+            ));
+            op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
+///
+/// # Safety
+///
+/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
+pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
+    let mut entries = [fi_cq_entry::default(); 16];
+    // SAFETY: `entries` holds 16 context-format entries.
+    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
+    // SAFETY: per this function's contract.
+    unsafe { dispatch(cq, n, &entries) }
+}
+
+/// Completes the `n` entries one read returned, or reads the error it announced.
+///
+/// # Safety
+///
+/// As for [`poll_cq`].
+unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
+    if n > 0 {
+        for e in &entries[..n as usize] {
+            // SAFETY: every operation is posted with a boxed OpContext, completed once.
+            unsafe { complete(e.op_context, None) };
+        }
+        return n as usize;
+    }
+    if n == EAVAIL {
+        let mut err = fi_cq_err_entry::default();
+        // SAFETY: a live queue and a writable error entry.
+        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
+        if r > 0 {
+            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
+            let text = unsafe {
+                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            };
+            tracing::debug!(err = err.err, %text, "libfabric completion error");
+            // SAFETY: as above.
+            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
+            return 1;
+        }
+    }
+    0
+}
+
+/// Completes one operation.
+///
+/// # Safety
+///
+/// `context` is an `OpContext` boxed at post and not completed before (or null).
+unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
+    if context.is_null() {
+        return;
+    }
+    // SAFETY: per this function's contract.
+    let op = unsafe { Box::from_raw(context.cast::<OpContext>()) };
+    op.outstanding.0.lock().remove(&(context as usize));
+    if let Some(why) = failure {
+        op.transfer.fail(why);
+    }
+    op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
+}
