@@ -19,6 +19,9 @@
 //!   `peer_errors=false`); a dead peer's outstanding operations complete with an error, so its
 //!   transfers fail with the remote-disconnect reason, and later posts to it are refused at
 //!   once.
+//! - **Posts never wait**: a put or get UCX cannot send at once goes on its own pending queue
+//!   (`ucp_put_nbx` does not report a lack of resources), so a post costs the CPU time of its
+//!   operations and never waits on the peer.
 //! - **Cancel**: UCX cannot cancel an RMA in flight, so [`Capabilities::abort`] is false and a
 //!   transfer reports busy to `release` until its flush completes.
 //! - **Revocation** (close): UCX 1.13 has no way to invalidate a remote key, and on memory it
@@ -607,9 +610,12 @@ impl Backend for UcxBackend {
 /// then frees the error-callback state.
 fn close_peer(peer: UcxPeer) {
     if let Link::Cut { closed } = *peer.link.read() {
-        if closed {
-            // SAFETY: the forced close finished: the error callback can no longer run.
-            drop(unsafe { Arc::from_raw(peer.health) });
+        // SAFETY: the Arc leaked for the endpoint's error callback, reclaimed once (the
+        // endpoint's owner is gone).
+        let health = unsafe { Arc::from_raw(peer.health) };
+        if !closed {
+            // The endpoint may still call back: its state lives as long as the worker.
+            peer.ucx.keep(Box::new(health));
         }
         return;
     }
@@ -644,10 +650,12 @@ fn close_peer(peer: UcxPeer) {
             closed = ucp_request_check_status(request) != UCS_INPROGRESS;
             ucp_request_free(request);
         }
-        if closed {
-            drop(Arc::from_raw(peer.health));
-        } else {
-            tracing::warn!("ucx endpoint close did not finish; its error state is leaked");
+        let health = Arc::from_raw(peer.health);
+        if !closed {
+            tracing::warn!(
+                "ucx endpoint close did not finish; its error state is kept with the worker"
+            );
+            peer.ucx.keep(Box::new(health));
         }
     }
 }

@@ -76,7 +76,14 @@ pub(crate) struct Ucx {
     live: RwLock<bool>,
     /// A cut left operations in the worker that UCX will never complete ([`Ucx::abandon`]).
     abandoned: AtomicBool,
+    /// State callbacks of the worker's endpoints may still use (an endpoint whose close did
+    /// not finish): freed once the worker can no longer call back.
+    kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
 }
+
+/// Workers (and their contexts) left undestroyed ([`Ucx::abandon`]): kept here, reachable,
+/// for the process's lifetime.
+static ABANDONED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// The worker, held alive (not revoked) for as long as the guard lives.
 pub(crate) struct Worker<'a> {
@@ -162,6 +169,7 @@ impl Ucx {
             mode: settings.progress,
             live: RwLock::new(true),
             abandoned: AtomicBool::new(false),
+            kept: Mutex::new(Vec::new()),
         };
         // From here on, `ucx`'s Drop releases whatever was made.
         let wparams = ucp_worker_params_t {
@@ -271,6 +279,12 @@ impl Ucx {
         self.abandoned.store(true, Ordering::Release);
     }
 
+    /// Keeps `state` until the worker can no longer call back into it (destroyed, or never
+    /// progressed again).
+    pub(crate) fn keep(&self, state: Box<dyn std::any::Any + Send>) {
+        self.kept.lock().push(state);
+    }
+
     /// Revokes remote access to the region (idempotent): waits for every call on the worker
     /// to finish, stops the progress thread, destroys the worker (which closes its
     /// connections: peers' transfers to it fail, or stall until their watchdog cuts them) and
@@ -318,6 +332,9 @@ impl Ucx {
                     "ucx: the worker holds operations a cut abandoned; it is left undestroyed \
                      (never progressed again) rather than crash UCX 1.13"
                 );
+                ABANDONED
+                    .lock()
+                    .push((self.worker as usize, self.context as usize));
             } else {
                 ucp_worker_destroy(self.worker);
             }
