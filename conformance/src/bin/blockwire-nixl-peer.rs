@@ -26,55 +26,39 @@ fn open_nixl(
     Ok(Box::new(t))
 }
 
+/// Runs `check` (this process drives children of its own binary) and reports it.
+fn run(name: &str, check: impl FnOnce(&str) -> Result<String, String>) -> std::process::ExitCode {
+    let outcome = std::env::current_exe()
+        .map_err(|e| e.to_string())
+        .and_then(|exe| check(&exe.display().to_string()));
+    match outcome {
+        Ok(report) => {
+            eprintln!("{name}, nixl: {report}");
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{name}, nixl: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 fn main() -> std::process::ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("--dead-peer") {
-        // Used by the test: the dead-peer check against children of this binary.
-        let exe = std::env::current_exe().map(|p| p.display().to_string());
-        let bound = std::time::Duration::from_secs(5);
-        return match exe.and_then(|exe| {
-            blockwire_conformance::dead_peer::dead_peer_with(open_nixl, &exe, "nixl", "", bound)
-                .map_err(std::io::Error::other)
-        }) {
-            Ok(report) => {
-                eprintln!("dead peer, nixl: {report:?}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("dead peer, nixl: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
+    let bound = std::time::Duration::from_secs(10);
+    match std::env::args().nth(1).as_deref() {
+        // Used by the tests: the checks against children of this binary.
+        Some("--dead-peer") => run("dead peer", |exe| {
+            blockwire_conformance::dead_peer::dead_peer_with(open_nixl, exe, "nixl", "", bound / 2)
+                .map(|r| format!("{r:?}"))
+        }),
+        Some("--target-side") => run("target side", |exe| {
+            blockwire_conformance::target_side::target_side_with(open_nixl, exe, "nixl", "", bound)
+                .map(|r| format!("{r:?}"))
+        }),
+        Some("--drive") => run("cross-process", |exe| {
+            blockwire_conformance::peer::drive_with(open_nixl, exe, "nixl", "")
+                .map(|()| "ok".into())
+        }),
+        _ => blockwire_conformance::peer::serve_with(open_nixl),
     }
-    if std::env::args().nth(1).as_deref() == Some("--target-side") {
-        let exe = std::env::current_exe().map(|p| p.display().to_string());
-        let bound = std::time::Duration::from_secs(10);
-        return match exe.and_then(|exe| {
-            blockwire_conformance::target_side::target_side_with(open_nixl, &exe, "nixl", "", bound)
-                .map_err(std::io::Error::other)
-        }) {
-            Ok(report) => {
-                eprintln!("target side, nixl: {report:?}");
-                std::process::ExitCode::SUCCESS
-            }
-            Err(e) => {
-                eprintln!("target side, nixl: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
-    }
-    if std::env::args().nth(1).as_deref() == Some("--drive") {
-        // Used by the test: this process drives a child of the same binary.
-        let exe = std::env::current_exe().map(|p| p.display().to_string());
-        return match exe.and_then(|exe| {
-            blockwire_conformance::peer::drive_with(open_nixl, &exe, "nixl", "")
-                .map_err(std::io::Error::other)
-        }) {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("cross-process nixl: {e}");
-                std::process::ExitCode::FAILURE
-            }
-        };
-    }
-    blockwire_conformance::peer::serve_with(open_nixl)
 }
