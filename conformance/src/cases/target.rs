@@ -100,41 +100,36 @@ fn pair_with_stall<F: Fixture>(fx: &F, spec: &Spec) -> (F::Transport, F::Transpo
     (a, b, peer)
 }
 
-/// A WRITE posted after the target closed lands nothing: it is refused or fails.
-pub(crate) fn write_after_close<F: Fixture>(fx: &F) {
+/// `op`s posted after the target closed: refused or failed, and its canary intact; a READ
+/// brings none of it back.
+fn after_close<F: Fixture>(fx: &F, op: Op) {
     let spec = Spec::new(8, 64 * 1024);
     let (a, b, peer) = pair_with_stall(fx, &spec);
     fill_all(&a, 1);
     b.close().expect("close the target");
     fill_all(&b, CANARY);
     let mut longest = Duration::ZERO;
-    let ids = post_all(&a, &peer, Op::Write, 8, 2, &mut longest);
+    let ids = post_all(&a, &peer, op, 8, 2, &mut longest);
     surfaced(&a, &peer, &ids, false);
     settle();
     check_blocks(&b, "the closed target", |i| pattern(CANARY, i, 64 * 1024));
-    eprintln!("write after the target's close: longest post {longest:?}");
+    for i in 0..8 {
+        assert!(
+            a.region().block(i).expect("block") != pattern(CANARY, i, 64 * 1024),
+            "block {i} of the closed target was read after its close"
+        );
+    }
+    eprintln!("{op} after the target's close: longest post {longest:?}");
+}
+
+/// A WRITE posted after the target closed lands nothing: it is refused or fails.
+pub(crate) fn write_after_close<F: Fixture>(fx: &F) {
+    after_close(fx, Op::Write);
 }
 
 /// A READ posted after the target closed reads nothing of its memory.
 pub(crate) fn read_after_close<F: Fixture>(fx: &F) {
-    let spec = Spec::new(8, 64 * 1024);
-    let (a, b, peer) = pair_with_stall(fx, &spec);
-    fill_all(&a, 1);
-    b.close().expect("close the target");
-    fill_all(&b, CANARY);
-    let mut longest = Duration::ZERO;
-    let ids = post_all(&a, &peer, Op::Read, 8, 2, &mut longest);
-    surfaced(&a, &peer, &ids, false);
-    settle();
-    for i in 0..8 {
-        let got = a.region().block(i).expect("block");
-        assert!(
-            got != pattern(CANARY, i, 64 * 1024),
-            "block {i} of the closed target was read after its close"
-        );
-    }
-    check_blocks(&b, "the closed target", |i| pattern(CANARY, i, 64 * 1024));
-    eprintln!("read after the target's close: longest post {longest:?}");
+    after_close(fx, Op::Read);
 }
 
 /// The target closes while large WRITEs (and READs) to it run: from the moment close
