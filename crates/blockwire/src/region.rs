@@ -86,10 +86,20 @@ impl Region {
     /// # Safety
     ///
     /// `base` must point to `num_blocks * block_len` bytes that stay allocated and are not
-    /// unmapped until the transport using this region has been closed or dropped (after close
-    /// returns, no backend touches the memory, unless close had to be forced, which it logs;
-    /// the memory must then stay allocated for the process's lifetime). Other code may read and
-    /// write the bytes concurrently only through raw pointers, never through references.
+    /// unmapped until the transport using this region has been closed or dropped. Close
+    /// revokes every peer's access before it returns: afterwards neither this process's
+    /// backend nor any peer, in this process or another, touches the memory, so it may be
+    /// freed. Two exceptions keep it needed longer:
+    ///
+    /// - a close that had to be forced (a transfer still running at the close timeout, logged
+    ///   as a warning): the memory must then stay allocated for the process's lifetime;
+    /// - a backend whose [`Capabilities::revoke`](blockwire_core::Capabilities::revoke) is
+    ///   false in its setting (a same-host peer copies straight into the region and nothing
+    ///   here can stop it): the memory must stay allocated until every peer has removed this
+    ///   transport.
+    ///
+    /// Other code may read and write the bytes concurrently only through raw pointers, never
+    /// through references.
     ///
     /// ```
     /// use blockwire::Region;
