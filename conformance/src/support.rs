@@ -139,6 +139,31 @@ pub fn settle() {
     std::thread::sleep(Duration::from_millis(30));
 }
 
+/// One initiator connected to two peers, all opened with one spec (see [`two_peers`]).
+pub struct TwoPeers<T> {
+    /// The side that posts transfers.
+    pub a: T,
+    /// The first peer.
+    pub b: T,
+    /// The second peer.
+    pub c: T,
+    /// `b`'s id on `a`.
+    pub pb: PeerId,
+    /// `c`'s id on `a`.
+    pub pc: PeerId,
+}
+
+/// Opens three transports with `spec` and connects the first to the other two (as `"b"` and
+/// `"c"`).
+pub fn two_peers<F: Fixture>(fx: &F, spec: &Spec) -> TwoPeers<F::Transport> {
+    let a = open(fx, spec).transport;
+    let b = open(fx, spec).transport;
+    let c = open(fx, spec).transport;
+    let pb = connect(&a, "b", &b);
+    let pc = connect(&a, "c", &c);
+    TwoPeers { a, b, c, pb, pc }
+}
+
 /// Two transports of one spec, `b` registered on `a` as peer `"b"`, and `a`'s fault switches
 /// when the fixture injects faults.
 pub struct Pair<T> {

@@ -193,8 +193,10 @@ fn libfabric_tcp_dead_peer() {
 
 /// libfabric 1.17's shm provider needed two things here. It spins forever in `fi_writemsg` to
 /// a peer killed while holding its region's lock: the backend watches the peer process
-/// (pidfd) and refuses posts once it has exited, which cuts the link and fails its transfers.
-/// And it completes a sender's operations in order from one response queue per endpoint: an
+/// (pidfd) and refuses posts once it has exited, which cuts the link and fails its transfers;
+/// a kill between that check and the lock still caught the retry thread (1 run in 10, the
+/// healthy peer's transfers then never reported), so the progress thread replaces a retry
+/// thread stuck for a second (`blockwire-libfabric`'s `retry` module). And it completes a sender's operations in order from one response queue per endpoint: an
 /// operation the killed peer never answered blocked every later completion, to any peer (2
 /// runs of 3), until each peer got an endpoint of its own (`endpoint_per_peer`).
 #[cfg(feature = "libfabric")]

@@ -7,16 +7,18 @@ use blockwire::{CancelMode, Transport};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Outcomes, Pair, connect, open, pair, poll_for, record, wait_for};
+use crate::support::{Outcomes, Pair, TwoPeers, pair, poll_for, record, two_peers, wait_for};
 
 /// Ids are unique and increase across writes to different peers.
 pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let c = open(fx, &spec).transport;
-    let pb = connect(&a, "b", &b);
-    let pc = connect(&a, "c", &c);
+    let TwoPeers {
+        a,
+        b: _b,
+        c: _c,
+        pb,
+        pc,
+    } = two_peers(fx, &spec); // the peers stay open to the end
     let mut ids = Vec::new();
     for i in 0..40u32 {
         let peer = if i % 2 == 0 { &pb } else { &pc };
@@ -72,11 +74,13 @@ pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
 /// and in all; a poll that reports them, and a cancel that takes them, uncount them.
 pub(crate) fn in_flight_counts<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let a = open(fx, &spec).transport;
-    let b = open(fx, &spec).transport;
-    let c = open(fx, &spec).transport;
-    let pb = connect(&a, "b", &b);
-    let pc = connect(&a, "c", &c);
+    let TwoPeers {
+        a,
+        b: _b,
+        c: _c,
+        pb,
+        pc,
+    } = two_peers(fx, &spec); // the peers stay open to the end
     let to_b: Vec<_> = (0..3u32)
         .map(|i| a.write_blocks(&pb, &[i], &[i]).expect("write"))
         .collect();
