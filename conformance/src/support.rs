@@ -143,10 +143,8 @@ pub fn settle() {
 pub struct TwoPeers<T> {
     /// The side that posts transfers.
     pub a: T,
-    /// The first peer.
-    pub b: T,
-    /// The second peer.
-    pub c: T,
+    /// The two peers, open for as long as this lives.
+    _peers: (T, T),
     /// `b`'s id on `a`.
     pub pb: PeerId,
     /// `c`'s id on `a`.
@@ -161,7 +159,12 @@ pub fn two_peers<F: Fixture>(fx: &F, spec: &Spec) -> TwoPeers<F::Transport> {
     let c = open(fx, spec).transport;
     let pb = connect(&a, "b", &b);
     let pc = connect(&a, "c", &c);
-    TwoPeers { a, b, c, pb, pc }
+    TwoPeers {
+        a,
+        _peers: (b, c),
+        pb,
+        pc,
+    }
 }
 
 /// Two transports of one spec, `b` registered on `a` as peer `"b"`, and `a`'s fault switches

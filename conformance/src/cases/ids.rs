@@ -12,13 +12,8 @@ use crate::support::{Outcomes, Pair, TwoPeers, pair, poll_for, record, two_peers
 /// Ids are unique and increase across writes to different peers.
 pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let TwoPeers {
-        a,
-        b: _b,
-        c: _c,
-        pb,
-        pc,
-    } = two_peers(fx, &spec); // the peers stay open to the end
+    let peers = two_peers(fx, &spec);
+    let TwoPeers { a, pb, pc, .. } = &peers;
     let mut ids = Vec::new();
     for i in 0..40u32 {
         let peer = if i % 2 == 0 { &pb } else { &pc };
@@ -31,7 +26,7 @@ pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
         ids.windows(2).all(|w| w[0] < w[1]),
         "ids not increasing: {ids:?}"
     );
-    let seen = wait_for(&a, None, &ids);
+    let seen = wait_for(a, None, &ids);
     assert_eq!(seen.len(), ids.len());
 }
 
@@ -74,24 +69,19 @@ pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
 /// and in all; a poll that reports them, and a cancel that takes them, uncount them.
 pub(crate) fn in_flight_counts<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
-    let TwoPeers {
-        a,
-        b: _b,
-        c: _c,
-        pb,
-        pc,
-    } = two_peers(fx, &spec); // the peers stay open to the end
+    let peers = two_peers(fx, &spec);
+    let TwoPeers { a, pb, pc, .. } = &peers;
     let to_b: Vec<_> = (0..3u32)
-        .map(|i| a.write_blocks(&pb, &[i], &[i]).expect("write"))
+        .map(|i| a.write_blocks(pb, &[i], &[i]).expect("write"))
         .collect();
     let to_c: Vec<_> = (0..2u32)
-        .map(|i| a.write_blocks(&pc, &[i], &[i]).expect("write"))
+        .map(|i| a.write_blocks(pc, &[i], &[i]).expect("write"))
         .collect();
     // Finished or not, nothing is reported yet.
     assert_eq!(
         (
-            a.in_flight(Some(&pb)),
-            a.in_flight(Some(&pc)),
+            a.in_flight(Some(pb)),
+            a.in_flight(Some(pc)),
             a.in_flight(None)
         ),
         (3, 2, 5)
@@ -102,12 +92,12 @@ pub(crate) fn in_flight_counts<F: Fixture>(fx: &F) {
             .expect("cancel")
             .is_empty()
     );
-    assert_eq!(a.in_flight(Some(&pb)), 2);
-    wait_for(&a, Some(&pc), &to_c);
-    assert_eq!((a.in_flight(Some(&pc)), a.in_flight(None)), (0, 2));
-    wait_for(&a, Some(&pb), &to_b[1..]);
+    assert_eq!(a.in_flight(Some(pb)), 2);
+    wait_for(a, Some(pc), &to_c);
+    assert_eq!((a.in_flight(Some(pc)), a.in_flight(None)), (0, 2));
+    wait_for(a, Some(pb), &to_b[1..]);
     assert_eq!(a.in_flight(None), 0);
-    a.write_blocks(&pb, &[7], &[7]).expect("write");
+    a.write_blocks(pb, &[7], &[7]).expect("write");
     a.close().expect("close");
     assert_eq!(a.in_flight(None), 0, "close drops every transfer");
 }
