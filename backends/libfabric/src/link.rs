@@ -149,6 +149,18 @@ impl Link {
         })
     }
 
+    /// Removes the region file of a `shm` peer whose process exited: the provider removes it
+    /// when its endpoint closes, so a killed peer leaves it behind (16 MiB in `/dev/shm`),
+    /// and nothing will open it again. This process's mappings of it stay valid.
+    fn remove_dead_peer_file(&self) {
+        let (Some(process), Some(file)) = (&self.process, &self.shm_file) else {
+            return;
+        };
+        if process.has_exited() && std::fs::remove_file(file).is_ok() {
+            tracing::debug!(file = %file.display(), "removed the file of a dead shm peer");
+        }
+    }
+
     /// Cuts the link because its peer, an endpoint of this process, revoked access: the
     /// peer's region stays mapped (this link holds its backend) until this link's own
     /// endpoint, closed here, can no longer touch it.
@@ -322,6 +334,7 @@ impl Links {
         if link.peers.fetch_sub(1, Ordering::AcqRel) != 1 {
             return;
         }
+        link.remove_dead_peer_file();
         if fabric.provider == "shm" && !link.own_endpoint {
             // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection
             // crashes in fi_cq_read or fi_av_insert, or its writes are never completed; found
