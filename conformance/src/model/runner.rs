@@ -646,16 +646,22 @@ impl<'s, T: Transport> Runner<'s, T> {
             // A transfer that completed before its peer was removed is reported done.
             (_, Ok(())) => true,
             (ConnState::Retired, Err(FailureReason::PeerRemoved)) => true,
-            (ConnState::Retired, _) => false,
+            // One a cancel-wait aborted may have stopped before its peer was removed: it then
+            // reports its own failure.
+            (ConnState::Retired, Err(_)) => x.aborted,
             (ConnState::MaybeRetired, Err(FailureReason::PeerRemoved)) => true,
             (_, Err(FailureReason::PeerRemoved)) => false,
             (_, Err(_)) => x.aborted,
         };
         if !allowed {
             let expected = match (state, x.aborted) {
-                (ConnState::Retired, _) => {
+                (ConnState::Retired, false) => {
                     "done (completed before its peer was removed or replaced), or failed \
                      PeerRemoved"
+                }
+                (ConnState::Retired, true) => {
+                    "done, or failed: PeerRemoved, or the abort's reason if it stopped before \
+                     its peer was removed"
                 }
                 (ConnState::MaybeRetired, false) => {
                     "done, or failed PeerRemoved (a registration replacing its peer was pending)"
