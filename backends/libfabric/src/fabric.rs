@@ -382,11 +382,6 @@ impl Fabric {
         }
     }
 
-    /// Wakes the retry thread (operations were queued).
-    pub(crate) fn kick_retries(&self) {
-        self.retries.kick();
-    }
-
     /// Stops the retry thread; whether one is stuck in a post (see `crate::retry`), and the
     /// endpoint and what it is bound to must then stay open.
     fn stop_retries(&self) -> bool {

@@ -386,7 +386,7 @@ impl Backend for OfiBackend {
         }
         drop(held);
         if queue_from.is_some() {
-            fabric.kick_retries();
+            fabric.retries.kick();
         }
         fabric.kick();
         Ok(OfiXfer {

@@ -43,17 +43,33 @@ fn run(name: &str, check: impl FnOnce(&str) -> Result<String, String>) -> std::p
     }
 }
 
+/// How long a killed peer's transfers may take to surface (NIXL notices within milliseconds).
+const DEAD_PEER_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+/// How long transfers to a closed target may take to surface.
+const TARGET_SIDE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+
 fn main() -> std::process::ExitCode {
-    let bound = std::time::Duration::from_secs(10);
     match std::env::args().nth(1).as_deref() {
         // Used by the tests: the checks against children of this binary.
         Some("--dead-peer") => run("dead peer", |exe| {
-            blockwire_conformance::dead_peer::dead_peer_with(open_nixl, exe, "nixl", "", bound / 2)
-                .map(|r| format!("{r:?}"))
+            blockwire_conformance::dead_peer::dead_peer_with(
+                open_nixl,
+                exe,
+                "nixl",
+                "",
+                DEAD_PEER_BOUND,
+            )
+            .map(|r| format!("{r:?}"))
         }),
         Some("--target-side") => run("target side", |exe| {
-            blockwire_conformance::target_side::target_side_with(open_nixl, exe, "nixl", "", bound)
-                .map(|r| format!("{r:?}"))
+            blockwire_conformance::target_side::target_side_with(
+                open_nixl,
+                exe,
+                "nixl",
+                "",
+                TARGET_SIDE_BOUND,
+            )
+            .map(|r| format!("{r:?}"))
         }),
         Some("--drive") => run("cross-process", |exe| {
             blockwire_conformance::peer::drive_with(open_nixl, exe, "nixl", "")

@@ -161,18 +161,22 @@ impl ProgressThread {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn stop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            if let Some(wake) = &self.wake {
-                wake();
-            }
-            h.thread().unpark();
+        if let Some(h) = self.signal_stop() {
             let _ = h.join();
         }
     }
-}
 
-impl ProgressThread {
+    /// Sets the stop flag and wakes the thread; its handle, if it was still running.
+    fn signal_stop(&mut self) -> Option<JoinHandle<()>> {
+        self.stop.store(true, Ordering::Release);
+        let h = self.handle.take()?;
+        if let Some(wake) = &self.wake {
+            wake();
+        }
+        h.thread().unpark();
+        Some(h)
+    }
+
     /// Stops the thread and joins it if it ends within `bound`; otherwise leaves it running,
     /// detached, and returns `false`: for a thread that may be stuck inside a library call
     /// that never returns (whatever that call uses must then never be freed).
@@ -183,14 +187,9 @@ impl ProgressThread {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn stop_within(&mut self, bound: Duration) -> bool {
-        self.stop.store(true, Ordering::Release);
-        let Some(h) = self.handle.take() else {
+        let Some(h) = self.signal_stop() else {
             return true;
         };
-        if let Some(wake) = &self.wake {
-            wake();
-        }
-        h.thread().unpark();
         let start = std::time::Instant::now();
         while !h.is_finished() {
             if start.elapsed() >= bound {
@@ -201,9 +200,7 @@ impl ProgressThread {
         let _ = h.join();
         true
     }
-}
 
-impl ProgressThread {
     /// Asks the thread to stop and lets it go without waiting: for one stuck inside a call
     /// that may never return (it ends after that call, if it ever returns).
     ///
@@ -213,10 +210,7 @@ impl ProgressThread {
     /// # Ok::<(), std::io::Error>(())
     /// ```
     pub fn detach(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(h) = self.handle.take() {
-            h.thread().unpark();
-        }
+        drop(self.signal_stop());
     }
 }
 
