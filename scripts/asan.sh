@@ -25,19 +25,21 @@ target=$(rustc -vV | sed -n 's/^host: //p')
 args=(--target "$target" --target-dir target/asan)
 
 echo "== conformance suite (shm, ucx, libfabric) under ASan"
-cargo test "${args[@]}" -p blockwire-conformance --features ucx,libfabric --test suite 2>&1 \
+cargo test "${args[@]}" -p blockwire-shm -p blockwire-ucx -p blockwire-libfabric --test suite 2>&1 \
     | tee target/asan-suite.log | grep -E "^test result|Sanitizer|SUMMARY" || true
 echo "== nixl suite under ASan"
-cargo test "${args[@]}" -p blockwire-nixl --test nixl_suite 2>&1 \
+cargo test "${args[@]}" -p blockwire-nixl --test suite 2>&1 \
     | tee target/asan-nixl.log | grep -E "^test result|Sanitizer|SUMMARY" || true
 
 status=0
-for log in target/asan-suite.log target/asan-nixl.log; do
+# One result line per suite binary: shm, ucx and libfabric in one log, nixl in the other.
+for entry in target/asan-suite.log:3 target/asan-nixl.log:1; do
+    log=${entry%:*} binaries=${entry##*:}
     if grep -qE "ERROR: (Address|Leak)Sanitizer" "$log"; then
         echo "sanitizer report in $log:" >&2
         grep -E -A30 "ERROR: (Address|Leak)Sanitizer" "$log" >&2
         status=1
-    elif ! grep -qE "^test result: ok" "$log"; then
+    elif [ "$(grep -cE "^test result: ok" "$log")" -ne "$binaries" ] || grep -qE "^test result: FAILED" "$log"; then
         echo "no passing result in $log:" >&2
         tail -30 "$log" >&2
         status=1

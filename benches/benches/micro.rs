@@ -9,7 +9,7 @@
 use std::hint::black_box;
 
 use blockwire::{PeerId, Region, Transport, TransportOptions};
-use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+use blockwire_conformance::{Faulty, Fixture, Setting, Spec};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 /// Every backend compiled in that opens in this process (nixl runs in its own binary).
@@ -58,7 +58,7 @@ fn write_poll_round(c: &mut Criterion) {
 
 fn scoped_poll(c: &mut Criterion) {
     // Transfers to other peers are held running by the fault wrapper, so they stay in flight.
-    let fx = Faulty(ShmFactory::default());
+    let fx = Faulty(Setting::<blockwire_shm::ShmBackend>::default());
     let o = fx.open(&Spec::new(64, 4096)).expect("open");
     let t = &o.transport;
     let plan = o.faults.as_ref().expect("faults");

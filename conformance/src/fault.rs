@@ -190,6 +190,7 @@ impl FaultPlan {
 /// ```
 /// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
 /// use blockwire_conformance::{FaultPlan, FaultyBackend};
+/// use blockwire_core::OpenBackend;
 /// let plan = FaultPlan::new();
 /// let p = plan.clone();
 /// let t = BlockTransport::open_with(Region::new(2, 64)?, TransportOptions::default(), |s, o| {

@@ -1,11 +1,12 @@
 //! How the suite opens transports of a backend: [`Fixture`], and the two fixtures every
-//! backend gets from its [`BackendFactory`]: [`Plain`] and [`Faulty`].
+//! backend gets from its [`BackendFactory`] (for every [`OpenBackend`], [`Setting`]): [`Plain`]
+//! and [`Faulty`].
 
 use std::marker::PhantomData;
 use std::time::Duration;
 
 use blockwire::{BlockTransport, Region, Transport, TransportOptions};
-use blockwire_core::{Backend, BackendOptions, RegionSpan, Result};
+use blockwire_core::{Backend, BackendOptions, OpenBackend, RegionSpan, Result};
 
 use crate::fault::{FaultPlan, FaultyBackend};
 
@@ -92,7 +93,16 @@ impl Spec {
         self
     }
 
-    fn options(&self, backend: BackendOptions) -> TransportOptions {
+    /// The transport options of this spec, with `backend` as the backend options.
+    ///
+    /// ```
+    /// use blockwire_core::BackendOptions;
+    /// let spec = blockwire_conformance::Spec::new(2, 8).with_max_consecutive_failures(3);
+    /// let o = spec.options(BackendOptions::new().with("tls", "tcp"));
+    /// assert_eq!(o.max_consecutive_failures, 3);
+    /// assert_eq!(o.backend.to_list(), "tls=tcp");
+    /// ```
+    pub fn options(&self, backend: BackendOptions) -> TransportOptions {
         TransportOptions::default()
             .with_config_fields(self.config_fields.clone())
             .with_close_timeout(self.close_timeout)
@@ -106,8 +116,9 @@ impl Spec {
 ///
 /// ```
 /// use blockwire::Transport;
-/// use blockwire_conformance::{Fixture, Plain, ShmFactory, Spec};
-/// let o = Plain(ShmFactory::default()).open(&Spec::new(4, 4096))?;
+/// use blockwire_conformance::{Fixture, Plain, Setting, Spec};
+/// use blockwire_shm::ShmBackend;
+/// let o = Plain(Setting::<ShmBackend>::default()).open(&Spec::new(4, 4096))?;
 /// assert_eq!(o.transport.num_blocks(), 4);
 /// assert!(o.faults.is_none()); // a plain fixture injects nothing
 /// # Ok::<(), blockwire::Error>(())
@@ -123,12 +134,13 @@ pub struct Opened<T> {
 ///
 /// ```
 /// use blockwire::Transport;
-/// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+/// use blockwire_conformance::{Faulty, Fixture, Setting, Spec};
+/// use blockwire_shm::ShmBackend;
 /// fn pair<F: Fixture>(fx: &F) -> blockwire::Result<(F::Transport, F::Transport)> {
 ///     let spec = Spec::new(2, 64);
 ///     Ok((fx.open(&spec)?.transport, fx.open(&spec)?.transport))
 /// }
-/// let (a, b) = pair(&Faulty(ShmFactory::default()))?;
+/// let (a, b) = pair(&Faulty(Setting::<ShmBackend>::default()))?;
 /// a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
 /// assert_eq!(a.peers(), vec!["b".into()]);
 /// # Ok::<(), blockwire::Error>(())
@@ -140,9 +152,10 @@ pub trait Fixture: Send + Sync + 'static {
     /// Name used as the first part of every case's test name (`shm`, `shm+faults`).
     ///
     /// ```
-    /// use blockwire_conformance::{Faulty, Fixture, Plain, ShmFactory};
-    /// assert_eq!(Plain(ShmFactory::default()).name(), "shm");
-    /// assert_eq!(Faulty(ShmFactory::default()).name(), "shm+faults");
+    /// use blockwire_conformance::{Faulty, Fixture, Plain, Setting};
+    /// use blockwire_shm::ShmBackend;
+    /// assert_eq!(Plain(Setting::<ShmBackend>::default()).name(), "shm");
+    /// assert_eq!(Faulty(Setting::<ShmBackend>::default()).name(), "shm+faults");
     /// ```
     fn name(&self) -> String;
 
@@ -150,9 +163,10 @@ pub trait Fixture: Send + Sync + 'static {
     ///
     /// ```
     /// use blockwire::Transport;
-    /// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
+    /// use blockwire_conformance::{Faulty, Fixture, Setting, Spec};
+    /// use blockwire_shm::ShmBackend;
     /// let spec = Spec::new(4, 4096).with_fields(serde_json::json!({"model": "m"}));
-    /// let o = Faulty(ShmFactory::default()).open(&spec)?;
+    /// let o = Faulty(Setting::<ShmBackend>::default()).open(&spec)?;
     /// assert!(o.faults.is_some());
     /// assert_eq!(o.transport.block_len(), 4096);
     /// assert_eq!(o.transport.fingerprint().len(), 16);
@@ -161,11 +175,13 @@ pub trait Fixture: Send + Sync + 'static {
     fn open(&self, spec: &Spec) -> Result<Opened<Self::Transport>>;
 }
 
-/// Makes a backend over a region: what a backend crate provides to be run by the suite.
+/// Makes a backend over a region, for [`Plain`] and [`Faulty`]. Every backend that implements
+/// [`OpenBackend`] has one: [`Setting`]. Write one only for a backend that needs more to open
+/// than a span and options.
 ///
 /// ```
 /// use blockwire_conformance::{BackendFactory, Fixture, Plain, Spec};
-/// use blockwire_core::{BackendOptions, RegionSpan, Result};
+/// use blockwire_core::{BackendOptions, OpenBackend, RegionSpan, Result};
 /// struct OneThread;
 /// impl BackendFactory for OneThread {
 ///     type Backend = blockwire_shm::ShmBackend;
@@ -187,16 +203,18 @@ pub trait BackendFactory: Send + Sync + 'static {
     /// Name of this configuration (`shm`, `ucx-tcp`, ...).
     ///
     /// ```
-    /// use blockwire_conformance::{BackendFactory, ShmFactory};
-    /// assert_eq!(ShmFactory::default().name(), "shm");
+    /// use blockwire_conformance::{BackendFactory, Setting};
+    /// use blockwire_shm::ShmBackend;
+    /// assert_eq!(Setting::<ShmBackend>::default().name(), "shm");
     /// ```
     fn name(&self) -> String;
 
     /// Backend options of this configuration.
     ///
     /// ```
-    /// use blockwire_conformance::{BackendFactory, ShmFactory};
-    /// assert!(ShmFactory::default().options().is_empty()); // the default: no options
+    /// use blockwire_conformance::{BackendFactory, Setting};
+    /// use blockwire_shm::ShmBackend;
+    /// assert!(Setting::<ShmBackend>::default().options().is_empty()); // the default: no options
     /// ```
     fn options(&self) -> BackendOptions {
         BackendOptions::new()
@@ -211,12 +229,13 @@ pub trait BackendFactory: Send + Sync + 'static {
     /// # Examples
     ///
     /// ```
-    /// use blockwire_conformance::{BackendFactory, ShmFactory};
+    /// use blockwire_conformance::{BackendFactory, Setting};
+    /// use blockwire_shm::ShmBackend;
     /// use blockwire_core::{Backend, RegionSpan};
     /// let mut mem = vec![0u8; 2 * 64];
     /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
     /// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
-    /// let f = ShmFactory::default();
+    /// let f = Setting::<ShmBackend>::default();
     /// // SAFETY: `mem` outlives the backend and is not touched while it runs.
     /// let backend = unsafe { f.make(span, f.options())? };
     /// assert_eq!(backend.kind(), "shm");
@@ -229,8 +248,9 @@ pub trait BackendFactory: Send + Sync + 'static {
 ///
 /// ```
 /// use blockwire::Transport;
-/// use blockwire_conformance::{Fixture, Plain, ShmFactory, Spec};
-/// let fx = Plain(ShmFactory::default());
+/// use blockwire_conformance::{Fixture, Plain, Setting, Spec};
+/// use blockwire_shm::ShmBackend;
+/// let fx = Plain(Setting::<ShmBackend>::default());
 /// let o = fx.open(&Spec::new(2, 64))?;
 /// assert_eq!(o.transport.backend_kind(), "shm");
 /// assert!(o.faults.is_none());
@@ -242,8 +262,9 @@ pub struct Plain<F>(pub F);
 ///
 /// ```
 /// use blockwire::{Error, Transport};
-/// use blockwire_conformance::{Faulty, Fixture, ShmFactory, Spec};
-/// let fx = Faulty(ShmFactory::default());
+/// use blockwire_conformance::{Faulty, Fixture, Setting, Spec};
+/// use blockwire_shm::ShmBackend;
+/// let fx = Faulty(Setting::<ShmBackend>::default());
 /// let (a, b) = (fx.open(&Spec::new(2, 64))?, fx.open(&Spec::new(2, 64))?);
 /// let plan = a.faults.expect("a faulty fixture has switches");
 /// a.transport.add_remote_peer(&"b".into(), &b.transport.descriptor()?)?;
@@ -301,196 +322,77 @@ impl<F: BackendFactory> Fixture for Faulty<F> {
     }
 }
 
-/// The shm backend with default options.
+/// The one generic [`BackendFactory`]: a backend `B` with one setting (its backend options),
+/// named `<kind>` or `<kind>-<name>`. A backend's `tests/suite.rs` lists its settings with it.
 ///
 /// ```
-/// use blockwire_conformance::{trials, BackendFactory, Plain, ShmFactory};
-/// assert_eq!(ShmFactory::default().name(), "shm");
-/// let all = trials(Plain(ShmFactory::default()));
-/// assert!(all.iter().any(|t| t.name() == "shm::data::write_lands_at_remote_index"));
+/// use blockwire_conformance::{trials, BackendFactory, Plain, Setting};
+/// use blockwire_shm::ShmBackend;
+/// assert_eq!(Setting::<ShmBackend>::default().name(), "shm");
+/// let one = Setting::<ShmBackend>::new("1", "copy_threads=1");
+/// assert_eq!(one.name(), "shm-1");
+/// assert_eq!(one.option_list(), "copy_threads=1");
+/// let all = trials(Plain(one));
+/// assert!(all.iter().any(|t| t.name() == "shm-1::data::write_lands_at_remote_index"));
 /// ```
-#[cfg(feature = "shm")]
-#[derive(Default)]
-pub struct ShmFactory {
-    _private: PhantomData<()>,
-}
-
-#[cfg(feature = "shm")]
-impl BackendFactory for ShmFactory {
-    type Backend = blockwire_shm::ShmBackend;
-
-    fn name(&self) -> String {
-        "shm".into()
-    }
-
-    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
-        // SAFETY: forwarded from the caller.
-        unsafe { blockwire_shm::ShmBackend::open(span, options) }
-    }
-}
-
-/// The ucx backend with one setting (backend options as `k=v,...`), named `ucx-<name>`.
-///
-/// ```
-/// # #[cfg(feature = "ucx")] {
-/// use blockwire_conformance::{BackendFactory, UcxFactory};
-/// let f = UcxFactory::new("tcp", "tls=tcp");
-/// assert_eq!(f.name(), "ucx-tcp");
-/// # }
-/// ```
-#[cfg(feature = "ucx")]
-pub struct UcxFactory {
+pub struct Setting<B> {
     name: String,
     options: BackendOptions,
+    backend: PhantomData<fn() -> B>,
 }
 
-#[cfg(feature = "ucx")]
-impl UcxFactory {
-    /// A factory named `ucx-<name>` whose transports use `options` (`k=v,...`; panics on a
-    /// malformed list, which is a bug in the suite).
+impl<B: OpenBackend> Setting<B> {
+    /// The setting named `<kind>-<name>` whose transports use `options` (`k=v,...`; panics on
+    /// a malformed list, which is a bug in the suite that lists it).
     ///
     /// ```
-    /// # #[cfg(feature = "ucx")] {
-    /// let f = blockwire_conformance::UcxFactory::new("shm", "tls=posix,cma,peer_errors=false");
-    /// # }
+    /// use blockwire_conformance::{BackendFactory, Setting};
+    /// let s = Setting::<blockwire_shm::ShmBackend>::new("big-chunks", "chunk_bytes=1048576");
+    /// assert_eq!(s.name(), "shm-big-chunks");
     /// ```
     pub fn new(name: &str, options: &str) -> Self {
-        UcxFactory {
-            name: format!("ucx-{name}"),
+        Setting {
+            name: format!("{}-{name}", B::KIND),
             options: BackendOptions::parse_list(options).expect("a k=v,... option list"),
+            backend: PhantomData,
         }
     }
 
     /// The backend options of this setting, as `k=v,...` (for a peer process).
     ///
     /// ```
-    /// # #[cfg(feature = "ucx")] {
-    /// let f = blockwire_conformance::UcxFactory::new("tcp", "tls=tcp");
-    /// assert_eq!(f.option_list(), "tls=tcp");
-    /// # }
+    /// use blockwire_conformance::Setting;
+    /// let s = Setting::<blockwire_shm::ShmBackend>::new("1", "copy_threads=1");
+    /// assert_eq!(s.option_list(), "copy_threads=1");
     /// ```
     pub fn option_list(&self) -> String {
         self.options.to_list()
     }
 }
 
-#[cfg(feature = "ucx")]
-impl BackendFactory for UcxFactory {
-    type Backend = blockwire_ucx::UcxBackend;
-
-    fn name(&self) -> String {
-        self.name.clone()
-    }
-
-    fn options(&self) -> BackendOptions {
-        self.options.clone()
-    }
-
-    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
-        // SAFETY: forwarded from the caller.
-        unsafe { blockwire_ucx::UcxBackend::open(span, options) }
-    }
-}
-
-/// The ucx backend over regions UCX allocates itself (`ucp_mem_map` ALLOCATE), named
-/// `ucx-<name>-alloc`: on shared memory, the path of true one-sided puts. Without fault
-/// injection.
-///
-/// ```
-/// # #[cfg(feature = "ucx")] {
-/// use blockwire_conformance::{Fixture, Spec, UcxAllocated};
-/// let fx = UcxAllocated::new("tcp", "tls=tcp");
-/// let o = fx.open(&Spec::new(4, 4096))?;
-/// assert!(o.faults.is_none());
-/// # }
-/// # Ok::<(), blockwire::Error>(())
-/// ```
-#[cfg(feature = "ucx")]
-pub struct UcxAllocated(UcxFactory);
-
-#[cfg(feature = "ucx")]
-impl UcxAllocated {
-    /// A fixture named `ucx-<name>-alloc` with these backend options (`k=v,...`).
-    ///
-    /// ```
-    /// # #[cfg(feature = "ucx")] {
-    /// use blockwire_conformance::Fixture;
-    /// let fx = blockwire_conformance::UcxAllocated::new("shm", "tls=posix,cma,peer_errors=false");
-    /// assert_eq!(fx.name(), "ucx-shm-alloc");
-    /// # }
-    /// ```
-    pub fn new(name: &str, options: &str) -> Self {
-        UcxAllocated(UcxFactory::new(name, options))
-    }
-}
-
-#[cfg(feature = "ucx")]
-impl Fixture for UcxAllocated {
-    type Transport = BlockTransport<blockwire_ucx::UcxBackend>;
-
-    fn name(&self) -> String {
-        format!("{}-alloc", self.0.name())
-    }
-
-    fn open(&self, spec: &Spec) -> Result<Opened<Self::Transport>> {
-        let (backend, span) = blockwire_ucx::UcxBackend::open_allocated(
-            spec.num_blocks,
-            spec.block_len,
-            self.0.options(),
-        )?;
-        // SAFETY: the memory belongs to the backend, which the transport drops before the
-        // region; the region never frees it.
-        let region = unsafe {
-            Region::from_raw_parts(span.base().as_ptr(), spec.num_blocks, spec.block_len)?
-        };
-        let transport =
-            BlockTransport::open_with(region, spec.options(BackendOptions::new()), |_, _| {
-                Ok(backend)
-            })?;
-        Ok(Opened {
-            transport,
-            faults: None,
-        })
-    }
-}
-
-/// The libfabric backend with one setting (backend options as `k=v,...`), named
-/// `libfabric-<name>`.
-///
-/// ```
-/// # #[cfg(feature = "libfabric")] {
-/// use blockwire_conformance::{BackendFactory, LibfabricFactory};
-/// let f = LibfabricFactory::new("shm", "provider=shm");
-/// assert_eq!(f.name(), "libfabric-shm");
-/// # }
-/// ```
-#[cfg(feature = "libfabric")]
-pub struct LibfabricFactory {
-    name: String,
-    options: BackendOptions,
-}
-
-#[cfg(feature = "libfabric")]
-impl LibfabricFactory {
-    /// A factory named `libfabric-<name>` whose transports use `options` (`k=v,...`; panics
-    /// on a malformed list, which is a bug in the suite).
-    ///
-    /// ```
-    /// # #[cfg(feature = "libfabric")] {
-    /// let f = blockwire_conformance::LibfabricFactory::new("tcp", "provider=tcp,domain=lo");
-    /// # }
-    /// ```
-    pub fn new(name: &str, options: &str) -> Self {
-        LibfabricFactory {
-            name: format!("libfabric-{name}"),
-            options: BackendOptions::parse_list(options).expect("a k=v,... option list"),
+impl<B> Clone for Setting<B> {
+    fn clone(&self) -> Self {
+        Setting {
+            name: self.name.clone(),
+            options: self.options.clone(),
+            backend: PhantomData,
         }
     }
 }
 
-#[cfg(feature = "libfabric")]
-impl BackendFactory for LibfabricFactory {
-    type Backend = blockwire_libfabric::OfiBackend;
+impl<B: OpenBackend> Default for Setting<B> {
+    /// The backend with no options, named after its kind.
+    fn default() -> Self {
+        Setting {
+            name: B::KIND.to_owned(),
+            options: BackendOptions::new(),
+            backend: PhantomData,
+        }
+    }
+}
+
+impl<B: OpenBackend> BackendFactory for Setting<B> {
+    type Backend = B;
 
     fn name(&self) -> String {
         self.name.clone()
@@ -500,36 +402,8 @@ impl BackendFactory for LibfabricFactory {
         self.options.clone()
     }
 
-    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
+    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<B> {
         // SAFETY: forwarded from the caller.
-        unsafe { blockwire_libfabric::OfiBackend::open(span, options) }
-    }
-}
-
-/// The NIXL backend (UCX plugin, DRAM), named `nixl`.
-///
-/// ```
-/// # #[cfg(feature = "nixl")] {
-/// use blockwire_conformance::{BackendFactory, NixlFactory};
-/// assert_eq!(NixlFactory::default().name(), "nixl");
-/// # }
-/// ```
-#[cfg(feature = "nixl")]
-#[derive(Default)]
-pub struct NixlFactory {
-    _private: PhantomData<()>,
-}
-
-#[cfg(feature = "nixl")]
-impl BackendFactory for NixlFactory {
-    type Backend = blockwire_nixl::NixlBackend;
-
-    fn name(&self) -> String {
-        "nixl".into()
-    }
-
-    unsafe fn make(&self, span: RegionSpan, options: BackendOptions) -> Result<Self::Backend> {
-        // SAFETY: forwarded from the caller.
-        unsafe { blockwire_nixl::NixlBackend::open(span, options) }
+        unsafe { B::open(span, options) }
     }
 }

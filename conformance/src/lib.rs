@@ -11,16 +11,21 @@
 //! A case that needs something a fixture lacks (fault injection, READ) is reported as
 //! ignored with the reason, never as passed.
 //!
-//! Run it for the backends compiled in: `cargo test -p blockwire-conformance`. An out-of-tree
-//! backend runs it from its own test with `harness = false`:
+//! Every backend runs it from its own crate, the way an out-of-tree backend would: a short
+//! `tests/suite.rs` with `harness = false` that names the backend's settings and hands the
+//! cases to [`run`] (`cargo test -p blockwire-shm --test suite`; filters work as usual:
+//! `-- shm+faults::cancel`):
 //!
 //! ```no_run
-//! use blockwire_conformance::{trials, Faulty, Plain, ShmFactory};
-//! let args = libtest_mimic::Arguments::from_args();
-//! let mut all = trials(Plain(ShmFactory::default()));
-//! all.extend(trials(Faulty(ShmFactory::default())));
-//! libtest_mimic::run(&args, all).exit();
+//! use blockwire_conformance::{run, suite, Setting};
+//! use blockwire_shm::ShmBackend;
+//! let mut trials = suite(Setting::<ShmBackend>::default());
+//! trials.extend(suite(Setting::<ShmBackend>::new("1", "copy_threads=1")));
+//! run(libtest_mimic::Arguments::from_args(), trials);
 //! ```
+//!
+//! The crate's `shm`, `ucx`, `libfabric` and `nixl` features are for its peer binary and the
+//! cross-process tests, which open backends by name; the cases themselves know no backend.
 
 mod cases;
 #[cfg(any(
@@ -56,21 +61,19 @@ use blockwire::Transport;
 use libtest_mimic::{Completion, Trial};
 
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
-#[cfg(feature = "libfabric")]
-pub use fixture::LibfabricFactory;
-#[cfg(feature = "nixl")]
-pub use fixture::NixlFactory;
+pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Setting, Spec};
+
+/// The shm backend's default setting (an old name, kept for the model's doc examples while
+/// they move to [`Setting`]).
 #[cfg(feature = "shm")]
-pub use fixture::ShmFactory;
-pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Spec};
-#[cfg(feature = "ucx")]
-pub use fixture::{UcxAllocated, UcxFactory};
+#[doc(hidden)]
+pub type ShmFactory = Setting<blockwire_shm::ShmBackend>;
 
 /// What a case needs from a fixture; without it the case is reported as ignored.
 ///
 /// ```
-/// use blockwire_conformance::{cases, Needs, Plain, ShmFactory};
-/// let all = cases::<Plain<ShmFactory>>();
+/// use blockwire_conformance::{cases, Needs, Plain, Setting};
+/// let all = cases::<Plain<Setting<blockwire_shm::ShmBackend>>>();
 /// assert!(all.iter().any(|c| c.needs == Needs { faults: true, ..Needs::default() }));
 /// assert!(all.iter().any(|c| c.needs.read));
 /// assert!(all.iter().any(|c| c.needs.disconnect));
@@ -93,12 +96,13 @@ pub struct Needs {
 /// One case of the suite.
 ///
 /// ```
-/// use blockwire_conformance::{cases, Case, Plain, ShmFactory};
-/// let all: Vec<Case<Plain<ShmFactory>>> = cases();
+/// use blockwire_conformance::{cases, Case, Plain, Setting};
+/// use blockwire_shm::ShmBackend;
+/// let all: Vec<Case<Plain<Setting<ShmBackend>>>> = cases();
 /// let case = all.iter().find(|c| c.name == "write_lands_at_remote_index").expect("listed");
 /// assert_eq!(case.group, "data");
 /// assert!(!case.needs.faults && !case.needs.read);
-/// (case.run)(&Plain(ShmFactory::default())); // panics if the backend breaks the contract
+/// (case.run)(&Plain(Setting::<ShmBackend>::default())); // panics if the backend breaks the contract
 /// ```
 pub struct Case<F> {
     /// Group (`data`, `cancel`, ...).
@@ -114,8 +118,8 @@ pub struct Case<F> {
 /// Every case of the suite, for fixture `F`.
 ///
 /// ```
-/// use blockwire_conformance::{cases, Plain, ShmFactory};
-/// let all = cases::<Plain<ShmFactory>>();
+/// use blockwire_conformance::{cases, Plain, Setting};
+/// let all = cases::<Plain<Setting<blockwire_shm::ShmBackend>>>();
 /// assert!(all.iter().any(|c| c.group == "cancel"));
 /// ```
 pub fn cases<F: Fixture>() -> Vec<Case<F>> {
@@ -125,8 +129,8 @@ pub fn cases<F: Fixture>() -> Vec<Case<F>> {
 /// The suite's trials for `fixture`, ready for `libtest_mimic::run`.
 ///
 /// ```
-/// use blockwire_conformance::{trials, Faulty, ShmFactory};
-/// let t = trials(Faulty(ShmFactory::default()));
+/// use blockwire_conformance::{trials, Faulty, Setting};
+/// let t = trials(Faulty(Setting::<blockwire_shm::ShmBackend>::default()));
 /// assert!(t.iter().any(|t| t.name() == "shm+faults::cancel::wait_keeps_running_transfer"));
 /// ```
 pub fn trials<F: Fixture>(fixture: F) -> Vec<Trial> {
@@ -148,6 +152,59 @@ pub fn trials<F: Fixture>(fixture: F) -> Vec<Trial> {
             )
         })
         .collect()
+}
+
+/// The suite for one setting of a backend: every case, plain ([`Plain`]) and with injected
+/// faults ([`Faulty`], named `<setting>+faults`).
+///
+/// ```
+/// use blockwire_conformance::{suite, Setting};
+/// let t = suite(Setting::<blockwire_shm::ShmBackend>::default());
+/// assert!(t.iter().any(|t| t.name() == "shm::data::write_lands_at_remote_index"));
+/// assert!(t.iter().any(|t| t.name() == "shm+faults::cancel::wait_keeps_running_transfer"));
+/// ```
+pub fn suite<B: blockwire::OpenBackend>(setting: Setting<B>) -> Vec<Trial> {
+    let mut all = trials(Plain(setting.clone()));
+    all.extend(trials(Faulty(setting)));
+    all
+}
+
+/// Runs `trials` as the `main` of a test binary with `harness = false`, then exits: with
+/// `RUST_LOG` honoured (`tracing`), and failing if a transport the cases opened left a file
+/// named after this process in `/dev/shm` (every one is closed by then; the libfabric shm
+/// provider, for one, keeps a file per endpoint there).
+///
+/// ```no_run
+/// use blockwire_conformance::{run, suite, Setting};
+/// let mut args = libtest_mimic::Arguments::from_args();
+/// args.test_threads.get_or_insert(1); // a backend whose cases must run one at a time
+/// run(args, suite(Setting::<blockwire_shm::ShmBackend>::default()));
+/// ```
+pub fn run(args: libtest_mimic::Arguments, trials: Vec<Trial>) -> ! {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
+    let conclusion = libtest_mimic::run(&args, trials);
+    let left = files_left_in_dev_shm();
+    if !left.is_empty() {
+        eprintln!("files left in /dev/shm by this run: {left:?}");
+        std::process::exit(101);
+    }
+    conclusion.exit()
+}
+
+/// Files in `/dev/shm` whose name starts with this process's pid and a colon.
+fn files_left_in_dev_shm() -> Vec<String> {
+    let pid = format!("{}:", std::process::id());
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&pid))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn skip_reason<F: Fixture>(fx: &F, needs: Needs) -> Option<String> {

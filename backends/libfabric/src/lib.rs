@@ -76,7 +76,7 @@
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
 //!
 //! ```
-//! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+//! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
 //! use blockwire_libfabric::OfiBackend;
 //! use std::ptr::NonNull;
 //!
@@ -116,8 +116,8 @@ use std::time::Duration;
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, RegisteredRegion,
-    XferState,
+    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan,
+    RegisteredRegion, XferState,
 };
 
 use address::OfiAddress;
@@ -162,7 +162,9 @@ pub struct OfiXfer {
     _live: Live,
 }
 
-impl OfiBackend {
+impl OpenBackend for OfiBackend {
+    const KIND: &'static str = KIND;
+
     /// Opens the backend over `span` with the options in the crate docs.
     ///
     /// # Safety
@@ -172,7 +174,7 @@ impl OfiBackend {
     /// into it) until then.
     ///
     /// ```
-    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
     /// let mut mem = vec![0u8; 2 * 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
     /// // SAFETY: `mem` outlives the backend.
@@ -180,7 +182,7 @@ impl OfiBackend {
     /// assert_eq!(b.kind(), "libfabric");
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+    unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = |source| Error::Open {
             kind: KIND.into(),
             source,
@@ -226,11 +228,13 @@ impl OfiBackend {
             links: Links::default(),
         })
     }
+}
 
+impl OfiBackend {
     /// The provider in use (`shm`, `tcp;ofi_rxm`, ...).
     ///
     /// ```
-    /// use blockwire_core::{BackendOptions, RegionSpan};
+    /// use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
     /// let mut mem = vec![0u8; 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 1, 512).unwrap();
     /// // SAFETY: `mem` outlives the backend.
@@ -245,7 +249,7 @@ impl OfiBackend {
     /// What `fi_getinfo` granted: provider, domain, `mr_mode` flags, progress modes.
     ///
     /// ```
-    /// use blockwire_core::{BackendOptions, RegionSpan};
+    /// use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
     /// let mut mem = vec![0u8; 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 1, 512).unwrap();
     /// // SAFETY: `mem` outlives the backend.

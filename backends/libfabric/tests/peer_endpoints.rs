@@ -5,7 +5,9 @@
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
 
-use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+use blockwire_core::{
+    Backend, BackendOptions, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
+};
 use blockwire_libfabric::OfiBackend;
 
 fn shm_files() -> BTreeSet<String> {

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 use std::ptr::NonNull;
 
-use blockwire_core::{BackendOptions, RegionSpan};
+use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_libfabric::OfiBackend;
 
 fn shm_files() -> BTreeSet<String> {

@@ -54,8 +54,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, FailureReason, Live, LiveCounts, Op, PeerDescriptor, RegionSpan,
-    RegisteredRegion, XferState,
+    Capabilities, Error, FailureReason, Live, LiveCounts, Op, OpenBackend, PeerDescriptor,
+    RegionSpan, RegisteredRegion, XferState,
 };
 use nixl_sys::{
     Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
@@ -197,7 +197,9 @@ fn nixl_error(context: &str, e: nixl_sys::NixlError) -> BackendError {
     BackendError::new(BackendErrorKind::Other, format!("{context}: {e}"))
 }
 
-impl NixlBackend {
+impl OpenBackend for NixlBackend {
+    const KIND: &'static str = KIND;
+
     /// Opens a NIXL agent over `span` with the options in the crate docs.
     ///
     /// # Safety
@@ -206,7 +208,7 @@ impl NixlBackend {
     /// transfer it made, has been dropped.
     ///
     /// ```
-    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
     /// let mut mem = vec![0u8; 2 * 4096];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 4096).unwrap();
     /// // SAFETY: `mem` outlives the backend. Needs the runtime (scripts/setup-backends.sh).
@@ -215,7 +217,7 @@ impl NixlBackend {
     /// assert!(blockwire_nixl::runtime_loaded());
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+    unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = |source| Error::Open {
             kind: KIND.into(),
             source,
@@ -286,6 +288,8 @@ impl NixlBackend {
         })
     }
 }
+
+impl NixlBackend {}
 
 impl Backend for NixlBackend {
     type Peer = NixlPeer;

@@ -5,7 +5,7 @@
 use std::process::Command;
 use std::ptr::NonNull;
 
-use blockwire_core::{BackendOptions, RegionSpan};
+use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_nixl::NixlBackend;
 
 fn open(options: BackendOptions) -> Result<NixlBackend, blockwire_core::Error> {

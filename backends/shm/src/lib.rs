@@ -69,7 +69,7 @@
 //! | `chunk_bytes` | 262144 | bytes copied between two checks for abort and peer liveness |
 //!
 //! ```
-//! use blockwire_core::{Backend, BackendOptions, Op, RegionSpan, XferState};
+//! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, RegionSpan, XferState};
 //! use blockwire_shm::ShmBackend;
 //! use std::ptr::NonNull;
 //!
@@ -78,8 +78,8 @@
 //! let span = |v: &mut Vec<u8>| RegionSpan::new(NonNull::new(v.as_mut_ptr()).unwrap(), 4, 1024).unwrap();
 //! // SAFETY: both vectors outlive both backends and are not accessed while they run.
 //! let (ba, bb) = unsafe {
-//!     (ShmBackend::open(span(&mut a), BackendOptions::new())?,
-//!      ShmBackend::open(span(&mut b), BackendOptions::new())?)
+//!     (blockwire_shm::ShmBackend::open(span(&mut a), BackendOptions::new())?,
+//!      blockwire_shm::ShmBackend::open(span(&mut b), BackendOptions::new())?)
 //! };
 //! let desc = blockwire_core::PeerDescriptor::new("shm", bb.address(), b.as_ptr() as u64, 4, 1024, "");
 //! let peer = ba.connect(&desc)?;
@@ -103,7 +103,7 @@ use std::time::Duration;
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, RegionSpan, XferState,
+    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
 };
 
 use address::ShmAddress;
@@ -133,13 +133,13 @@ const LEASE_WAIT: Duration = Duration::from_secs(1);
 /// The shared-memory loopback backend (see the crate docs).
 ///
 /// ```
-/// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+/// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
 /// use blockwire_shm::ShmBackend;
 /// let mut mem = vec![0u8; 2 * 64];
 /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
 /// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
 /// // SAFETY: `mem` outlives the backend and is not touched while it runs.
-/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new())? };
 /// assert_eq!(b.kind(), blockwire_shm::KIND);
 /// let caps = b.capabilities();
 /// assert!(caps.read && caps.abort && caps.cross_process);
@@ -194,13 +194,13 @@ const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"BWSHMID2");
 /// A connected peer.
 ///
 /// ```
-/// use blockwire_core::{Backend, BackendOptions, PeerDescriptor, RegionSpan};
+/// use blockwire_core::{Backend, OpenBackend, BackendOptions, PeerDescriptor, RegionSpan};
 /// use blockwire_shm::{ShmBackend, ShmPeer};
 /// let mut mem = vec![0u8; 2 * 64];
 /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
 /// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
 /// // SAFETY: `mem` outlives the backend and is not touched while it runs.
-/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new())? };
 /// let desc = PeerDescriptor::new("shm", b.address(), span.base_addr(), 2, 64, "");
 /// let peer: ShmPeer = b.connect(&desc)?; // its own region: a same-process peer
 /// assert_eq!(b.stats().connected_peers, 1);
@@ -218,14 +218,14 @@ pub struct ShmPeer {
 /// A posted transfer.
 ///
 /// ```
-/// use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+/// use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
 /// use blockwire_shm::{ShmBackend, ShmXfer};
 /// let mut mem = vec![5u8; 64];
 /// mem.resize(2 * 64, 0);
 /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
 /// let span = RegionSpan::new(base, 2, 64).expect("a valid shape");
 /// // SAFETY: `mem` outlives the backend and is not touched while it runs.
-/// let b = unsafe { ShmBackend::open(span, BackendOptions::new())? };
+/// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new())? };
 /// let peer = b.connect(&PeerDescriptor::new("shm", b.address(), span.base_addr(), 2, 64, ""))?;
 /// let mut x: ShmXfer = b.post(&peer, Op::Write, &[0], &[1])?; // block 0 to block 1
 /// while b.state(&mut x) == XferState::Running {}
@@ -239,7 +239,9 @@ pub struct ShmXfer {
     _live: Live,
 }
 
-impl ShmBackend {
+impl OpenBackend for ShmBackend {
+    const KIND: &'static str = KIND;
+
     /// Opens the backend over `span`, with the options in the crate docs.
     ///
     /// # Safety
@@ -249,15 +251,15 @@ impl ShmBackend {
     /// and out of it.
     ///
     /// ```
-    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
     /// let mut mem = vec![0u8; 2 * 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
     /// // SAFETY: `mem` outlives the backend.
-    /// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new().with("copy_threads", "1"))? };
+    /// let b = unsafe { blockwire_shm::blockwire_shm::ShmBackend::open(span, BackendOptions::new().with("copy_threads", "1"))? };
     /// assert_eq!(b.kind(), "shm");
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
+    unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = |source| Error::Open {
             kind: KIND.into(),
             source,
@@ -314,7 +316,9 @@ impl ShmBackend {
             pool,
         })
     }
+}
 
+impl ShmBackend {
     fn connect_local(&self, desc: &PeerDescriptor, token: u64) -> Result<Target, BackendError> {
         let live = LiveRegion::lookup(token).ok_or_else(|| {
             BackendError::new(

@@ -5,7 +5,7 @@ use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
 use blockwire_core::{
-    Backend, BackendOptions, FailureReason, Op, PeerDescriptor, RegionSpan, XferState,
+    Backend, BackendOptions, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
 };
 use blockwire_shm::ShmBackend;
 

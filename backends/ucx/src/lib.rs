@@ -66,7 +66,7 @@
 //! detect a peer that vanishes.
 //!
 //! ```
-//! use blockwire_core::{Backend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
+//! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
 //! use blockwire_ucx::UcxBackend;
 //! use std::ptr::NonNull;
 //!
@@ -101,8 +101,8 @@ use std::time::{Duration, Instant};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, PeerDescriptor, PostedTransfers, RegionSpan,
-    RegisteredRegion, XferState,
+    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, PostedTransfers,
+    RegionSpan, RegisteredRegion, XferState,
 };
 use ucx_sys::*;
 
@@ -217,7 +217,9 @@ unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: uc
     tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
 }
 
-impl UcxBackend {
+impl OpenBackend for UcxBackend {
+    const KIND: &'static str = KIND;
+
     /// Opens the backend over `span` with the options in the crate docs.
     ///
     /// # Safety
@@ -227,7 +229,7 @@ impl UcxBackend {
     /// into it) until then.
     ///
     /// ```
-    /// use blockwire_core::{Backend, BackendOptions, RegionSpan};
+    /// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
     /// let mut mem = vec![0u8; 2 * 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
     /// let opts = BackendOptions::new().with("tls", "tcp").with("progress", "caller");
@@ -236,10 +238,12 @@ impl UcxBackend {
     /// assert_eq!(b.kind(), "ucx");
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self, Error> {
+    unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self, Error> {
         Self::open_memory(Memory::Caller(span), options)
     }
+}
 
+impl UcxBackend {
     /// Opens the backend over a region UCX allocates (`ucp_mem_map` with
     /// `UCP_MEM_MAP_ALLOCATE`): `num_blocks` blocks of `block_len` bytes, valid until the
     /// backend (and every peer and transfer it made) is dropped. Returns the region's span.
@@ -247,7 +251,7 @@ impl UcxBackend {
     /// where the caller's memory gets software emulation over active messages.
     ///
     /// ```
-    /// use blockwire_core::{Backend, BackendOptions};
+    /// use blockwire_core::{Backend, OpenBackend, BackendOptions};
     /// let (b, span) = blockwire_ucx::UcxBackend::open_allocated(4, 4096, BackendOptions::new())?;
     /// assert_eq!(span.len(), 4 * 4096);
     /// assert_eq!(b.kind(), "ucx");

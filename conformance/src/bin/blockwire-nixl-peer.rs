@@ -14,13 +14,9 @@ fn open_nixl(
 ) -> Result<Box<dyn Transport>, String> {
     let region = Region::new(blocks, len).map_err(|e| e.to_string())?;
     let options = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
-    let t = BlockTransport::open_with(
+    let t = BlockTransport::<blockwire_nixl::NixlBackend>::open(
         region,
         TransportOptions::default().with_backend_options(options),
-        |span, o| {
-            // SAFETY: the span of the region the transport owns, which outlives the backend.
-            unsafe { blockwire_nixl::NixlBackend::open(span, o) }
-        },
     )
     .map_err(|e| e.to_string())?;
     Ok(Box::new(t))

@@ -1,42 +1,70 @@
 //! [`AnyTransport`] and opening a transport by backend name.
+//!
+//! The backends compiled in are listed once, in the `backends!` table below: each row names
+//! the cargo feature, the [`AnyTransport`] variant and the backend type, and the enum, the list
+//! of names and the name-to-constructor table are generated from it. The module exists when at
+//! least one backend feature is on (`cfg(any_backend)`, set by `build.rs`).
 
-#[cfg(any(
-    feature = "shm",
-    feature = "ucx",
-    feature = "libfabric",
-    feature = "nixl"
-))]
 use crate::BlockTransport;
 use crate::{Region, TransportOptions};
+use blockwire_core::OpenBackend;
 use blockwire_core::{Error, Result};
 
-/// A transport over any backend compiled into this build, chosen at run time by name (see
-/// [`open`]). One variant per backend cargo feature; every [`crate::Transport`] method is
-/// dispatched statically (`enum_dispatch`), with no virtual call.
-///
-///
-/// ```
-/// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
-/// let t: AnyTransport = open("shm", Region::new(2, 4096)?, TransportOptions::default())?;
-/// assert!(matches!(t, AnyTransport::Shm(_)));
-/// # Ok::<(), blockwire::Error>(())
-/// ```
-#[enum_dispatch::enum_dispatch(Transport)]
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum AnyTransport {
+/// Opens a transport of one backend; a row of the name-to-constructor table.
+type Constructor = fn(Region, TransportOptions) -> Result<AnyTransport>;
+
+macro_rules! backends {
+    ($($(#[doc = $doc:literal])* $feature:literal => $variant:ident($backend:ty),)*) => {
+        /// A transport over any backend compiled into this build, chosen at run time by name
+        /// (see [`open`]). One variant per backend cargo feature; every [`crate::Transport`]
+        /// method is dispatched statically (`enum_dispatch`), with no virtual call.
+        ///
+        /// ```
+        /// use blockwire::{open, AnyTransport, Region, Transport, TransportOptions};
+        /// let t: AnyTransport = open("shm", Region::new(2, 4096)?, TransportOptions::default())?;
+        /// assert!(matches!(t, AnyTransport::Shm(_)));
+        /// # Ok::<(), blockwire::Error>(())
+        /// ```
+        #[enum_dispatch::enum_dispatch(Transport)]
+        #[derive(Debug)]
+        #[non_exhaustive]
+        pub enum AnyTransport {
+            $(
+                $(#[doc = $doc])*
+                #[cfg(feature = $feature)]
+                $variant(BlockTransport<$backend>),
+            )*
+        }
+
+        /// Names of the backends compiled in, each with its constructor.
+        const CONSTRUCTORS: &[(&str, Constructor)] = &[
+            $(
+                #[cfg(feature = $feature)]
+                (<$backend as OpenBackend>::KIND, |region, options| {
+                    BlockTransport::<$backend>::open(region, options).map(AnyTransport::$variant)
+                }),
+            )*
+        ];
+
+        /// Names of the backends compiled in.
+        const NAMES: &[&str] = &[
+            $(
+                #[cfg(feature = $feature)]
+                <$backend as OpenBackend>::KIND,
+            )*
+        ];
+    };
+}
+
+backends! {
     /// The shared-memory loopback (feature `shm`).
-    #[cfg(feature = "shm")]
-    Shm(BlockTransport<blockwire_shm::ShmBackend>),
+    "shm" => Shm(blockwire_shm::ShmBackend),
     /// Raw UCX RMA (feature `ucx`).
-    #[cfg(feature = "ucx")]
-    Ucx(BlockTransport<blockwire_ucx::UcxBackend>),
+    "ucx" => Ucx(blockwire_ucx::UcxBackend),
     /// libfabric RDM endpoints (feature `libfabric`).
-    #[cfg(feature = "libfabric")]
-    Libfabric(BlockTransport<blockwire_libfabric::OfiBackend>),
+    "libfabric" => Libfabric(blockwire_libfabric::OfiBackend),
     /// A NIXL agent (feature `nixl`).
-    #[cfg(feature = "nixl")]
-    Nixl(BlockTransport<blockwire_nixl::NixlBackend>),
+    "nixl" => Nixl(blockwire_nixl::NixlBackend),
 }
 
 /// Names of the backends compiled into this build.
@@ -45,16 +73,7 @@ pub enum AnyTransport {
 /// assert!(blockwire::backends().contains(&"shm"));
 /// ```
 pub fn backends() -> &'static [&'static str] {
-    &[
-        #[cfg(feature = "shm")]
-        "shm",
-        #[cfg(feature = "ucx")]
-        "ucx",
-        #[cfg(feature = "libfabric")]
-        "libfabric",
-        #[cfg(feature = "nixl")]
-        "nixl",
-    ]
+    NAMES
 }
 
 /// Opens a transport over `region` with the backend named `backend` (see [`backends`]).
@@ -67,37 +86,12 @@ pub fn backends() -> &'static [&'static str] {
 /// # Ok::<(), blockwire::Error>(())
 /// ```
 pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<AnyTransport> {
-    match backend {
-        #[cfg(feature = "shm")]
-        "shm" => BlockTransport::open_with(region, options, |span, opts| {
-            // SAFETY: `open_with` passes the span of the region the transport owns, and drops
-            // the backend before that region.
-            unsafe { blockwire_shm::ShmBackend::open(span, opts) }
-        })
-        .map(AnyTransport::Shm),
-        #[cfg(feature = "ucx")]
-        "ucx" => BlockTransport::open_with(region, options, |span, opts| {
-            // SAFETY: as for shm: the span of the region the transport owns, which outlives
-            // the backend and every peer and transfer it made.
-            unsafe { blockwire_ucx::UcxBackend::open(span, opts) }
-        })
-        .map(AnyTransport::Ucx),
-        #[cfg(feature = "libfabric")]
-        "libfabric" => BlockTransport::open_with(region, options, |span, opts| {
-            // SAFETY: as for shm.
-            unsafe { blockwire_libfabric::OfiBackend::open(span, opts) }
-        })
-        .map(AnyTransport::Libfabric),
-        #[cfg(feature = "nixl")]
-        "nixl" => BlockTransport::open_with(region, options, |span, opts| {
-            // SAFETY: as for shm.
-            unsafe { blockwire_nixl::NixlBackend::open(span, opts) }
-        })
-        .map(AnyTransport::Nixl),
-        other => {
+    match CONSTRUCTORS.iter().find(|(name, _)| *name == backend) {
+        Some((_, construct)) => construct(region, options),
+        None => {
             drop(region);
             Err(Error::UnknownBackend {
-                name: other.to_owned(),
+                name: backend.to_owned(),
                 available: backends().join(", "),
             })
         }
@@ -120,21 +114,19 @@ pub fn open_allocated(
     block_len: usize,
     options: TransportOptions,
 ) -> Result<AnyTransport> {
-    match backend {
-        #[cfg(feature = "ucx")]
-        "ucx" => {
-            let (ucx, span) = blockwire_ucx::UcxBackend::open_allocated(
-                num_blocks,
-                block_len,
-                options.backend.clone(),
-            )?;
-            // SAFETY: the memory belongs to the backend, which the transport drops before the
-            // region and which outlives every transfer (close waits, or a reaper holds it on a forced close);
-            // the region never frees it.
-            let region =
-                unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };
-            BlockTransport::open_with(region, options, |_, _| Ok(ucx)).map(AnyTransport::Ucx)
-        }
-        _ => open(backend, Region::new(num_blocks, block_len)?, options),
+    #[cfg(feature = "ucx")]
+    if backend == <blockwire_ucx::UcxBackend as OpenBackend>::KIND {
+        let (ucx, span) = blockwire_ucx::UcxBackend::open_allocated(
+            num_blocks,
+            block_len,
+            options.backend.clone(),
+        )?;
+        // SAFETY: the memory belongs to the backend, which the transport drops before the
+        // region and which outlives every transfer (close waits, or a reaper holds it on a
+        // forced close); the region never frees it.
+        let region =
+            unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };
+        return BlockTransport::open_with(region, options, |_, _| Ok(ucx)).map(AnyTransport::Ucx);
     }
+    open(backend, Region::new(num_blocks, block_len)?, options)
 }

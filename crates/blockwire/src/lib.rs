@@ -34,12 +34,7 @@
 //! # Ok::<(), blockwire::Error>(())
 //! ```
 
-#[cfg(any(
-    feature = "shm",
-    feature = "ucx",
-    feature = "libfabric",
-    feature = "nixl"
-))]
+#[cfg(any_backend)]
 mod any;
 mod block_transport;
 mod options;
@@ -47,18 +42,14 @@ mod region;
 mod registration;
 mod transport;
 
-#[cfg(any(
-    feature = "shm",
-    feature = "ucx",
-    feature = "libfabric",
-    feature = "nixl"
-))]
+#[cfg(any_backend)]
 pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
-    Capabilities, DescriptorError, Error, FailureReason, Op, PeerDescriptor, PeerFault, PeerId,
-    PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState, fingerprint,
+    Capabilities, DescriptorError, Error, FailureReason, Op, OpenBackend, PeerDescriptor,
+    PeerFault, PeerId, PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState,
+    fingerprint,
 };
 pub use options::{
     DEFAULT_CLOSE_TIMEOUT, DEFAULT_MAX_CONSECUTIVE_FAILURES, DEFAULT_STALL_TIMEOUT,

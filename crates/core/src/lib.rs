@@ -11,7 +11,7 @@
 //!   decoder treats its input as untrusted;
 //! - [`Error`] and [`BackendError`];
 //! - the [`Backend`] trait a data path implements, with its [`Capabilities`] and
-//!   [`BackendStats`];
+//!   [`BackendStats`], and [`OpenBackend`], how one opens over a region;
 //! - [`fingerprint`]: the config fingerprint, byte-identical to the Python reference.
 //!
 //! The semantics (generations, per-peer polling, cancel modes, validation, close) live once, in
@@ -30,6 +30,7 @@ mod descriptor;
 mod error;
 pub mod fingerprint;
 mod ids;
+mod open;
 mod options;
 mod posted;
 pub mod process;
@@ -42,6 +43,7 @@ pub use backend::{Backend, BackendStats, Capabilities, Live, LiveCounts};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
+pub use open::OpenBackend;
 pub use options::BackendOptions;
 pub use posted::PostedTransfers;
 pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};

@@ -28,14 +28,9 @@ impl Backends for Nixl {
             return Err("nixl registers the caller's memory; --allocate is not offered".into());
         }
         let region = Region::new(blocks, block)?;
-        Ok(Box::new(BlockTransport::open_with(
-            region,
-            options,
-            |span, o| {
-                // SAFETY: the span of the region the transport owns, which outlives the backend.
-                unsafe { blockwire_nixl::NixlBackend::open(span, o) }
-            },
-        )?))
+        Ok(Box::new(
+            BlockTransport::<blockwire_nixl::NixlBackend>::open(region, options)?,
+        ))
     }
 
     fn names(&self) -> Vec<String> {

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use blockwire_core::{
-    Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Op, PeerDescriptor, PeerId,
-    PollResult, RegionSpan, Result, TransferId, fingerprint,
+    Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Op, OpenBackend,
+    PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId, fingerprint,
 };
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -28,10 +28,7 @@ use peers::{PeerConn, PeerTable, Publish};
 /// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
 /// use blockwire_shm::ShmBackend;
 /// let t: BlockTransport<ShmBackend> =
-///     BlockTransport::open_with(Region::new(4, 4096)?, TransportOptions::default(), |span, opts| {
-///         // SAFETY: `span` is the region the transport owns; it outlives the backend.
-///         unsafe { ShmBackend::open(span, opts) }
-///     })?;
+///     BlockTransport::open(Region::new(4, 4096)?, TransportOptions::default())?;
 /// assert_eq!(t.backend_kind(), "shm");
 /// # Ok::<(), blockwire::Error>(())
 /// ```
@@ -70,13 +67,39 @@ struct Job {
     resolver: Resolver,
 }
 
-impl<B: Backend> BlockTransport<B> {
-    /// Opens a transport over `region` with the backend `make` builds from the region's span
-    /// and the backend options.
+impl<B: OpenBackend> BlockTransport<B> {
+    /// Opens a transport over `region` with backend `B` ([`OpenBackend::open`] over the
+    /// region's span and `options.backend`).
     ///
     /// ```
     /// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
     /// use blockwire_shm::ShmBackend;
+    /// let t = BlockTransport::<ShmBackend>::open(Region::new(4, 4096)?, TransportOptions::default())?;
+    /// assert_eq!(t.backend_kind(), "shm");
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    pub fn open(region: Region, options: TransportOptions) -> Result<Self> {
+        Self::open_with(region, options, |span, backend_options| {
+            // SAFETY: `open_with` passes the span of `region`, which the transport owns from
+            // then on: `Shared` declares the backend before the region, so the backend (with
+            // its threads, peers and transfers) is dropped first, and a forced close's reaper
+            // keeps `Shared`, region included, until the last transfer is released. The
+            // region's memory is on the heap (or the caller's, under `Region::from_raw_parts`'s
+            // contract), so moving `Region` into `Shared` does not move it.
+            unsafe { B::open(span, backend_options) }
+        })
+    }
+}
+
+impl<B: Backend> BlockTransport<B> {
+    /// Opens a transport over `region` with the backend `make` builds from the region's span
+    /// and the backend options: for a backend that needs more than [`OpenBackend::open`] (one
+    /// that wraps another, or one whose memory it allocated itself).
+    ///
+    /// ```
+    /// use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+    /// use blockwire_shm::ShmBackend;
+    /// use blockwire_core::OpenBackend;
     /// let opts = TransportOptions::default().with_backend_option("copy_threads", "1");
     /// let t = BlockTransport::open_with(Region::new(2, 512)?, opts, |span, o| {
     ///     // SAFETY: `span` is the region the transport owns; it outlives the backend.
@@ -133,10 +156,10 @@ impl<B: Backend> BlockTransport<B> {
     /// ```
     /// use blockwire::{BlockTransport, Region, TransportOptions};
     /// use blockwire_core::Backend;
-    /// let t = BlockTransport::open_with(Region::new(2, 512)?, TransportOptions::default(), |s, o| {
-    ///     // SAFETY: `s` is the region the transport owns; it outlives the backend.
-    ///     unsafe { blockwire_shm::ShmBackend::open(s, o) }
-    /// })?;
+    /// let t = BlockTransport::<blockwire_shm::ShmBackend>::open(
+    ///     Region::new(2, 512)?,
+    ///     TransportOptions::default(),
+    /// )?;
     /// assert_eq!(t.backend().kind(), "shm");
     /// # Ok::<(), blockwire::Error>(())
     /// ```

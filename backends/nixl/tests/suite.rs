@@ -1,5 +1,5 @@
-//! The conformance suite on NIXL, in its own test binary: NIXL's bundled UCX cannot share a
-//! process with Debian's (the ucx backend), so the suite's shared binary leaves NIXL out.
+//! The conformance suite on NIXL (UCX plugin, DRAM), plain and with injected faults, in its
+//! own test binary: NIXL's bundled UCX cannot share a process with Debian's (the ucx backend).
 //!
 //! The cases run one at a time unless `--test-threads` says otherwise: with two cases at once
 //! (two pairs of NIXL agents in one process), one pair destroying an agent while transfers
@@ -9,14 +9,12 @@
 //! blockwire call into NIXL under one process-wide lock did not help (2 of 16). See the crate
 //! docs ("Several agents in one process").
 
+use blockwire_conformance::Setting;
+use blockwire_nixl::NixlBackend;
+
 fn main() {
     let mut args = libtest_mimic::Arguments::from_args();
     args.test_threads.get_or_insert(1);
-    let mut trials = blockwire_conformance::trials(blockwire_conformance::Plain(
-        blockwire_conformance::NixlFactory::default(),
-    ));
-    trials.extend(blockwire_conformance::trials(
-        blockwire_conformance::Faulty(blockwire_conformance::NixlFactory::default()),
-    ));
-    libtest_mimic::run(&args, trials).exit();
+    let trials = blockwire_conformance::suite(Setting::<NixlBackend>::default());
+    blockwire_conformance::run(args, trials);
 }

@@ -1,6 +1,6 @@
 //! The model-based random runs (`blockwire_conformance::model::random`) on NIXL, in their own
 //! test binary: NIXL's bundled UCX cannot share a process with Debian's (the ucx backend), so
-//! `blockwire-conformance`'s `model` binary leaves NIXL out. Same fixture as `nixl_suite`
+//! the other backends' `model` binaries leave NIXL out. Same fixture as `suite`
 //! (the UCX plugin, its default parameters), same knobs (`BLOCKWIRE_MODEL_CASES`,
 //! `PROPTEST_RNG_SEED`, `BLOCKWIRE_MODEL_SAVE`, `BLOCKWIRE_MODEL_REPLAY`, the shrink limits).
 //!
@@ -16,13 +16,14 @@
 //! no thread or fd. The trial's warm-up stays, as for every fixture.
 
 use blockwire_conformance::model::random;
-use blockwire_conformance::{NixlFactory, Plain};
+use blockwire_conformance::{Plain, Setting};
+use blockwire_nixl::NixlBackend;
 
 fn main() {
     // 1 MiB blocks now and then, so transfers are really in flight when cancelled, removed or
     // closed.
     let trials = vec![random::trial(
-        Plain(NixlFactory::default()),
+        Plain(Setting::<NixlBackend>::default()),
         &[4096, 1 << 20],
     )];
     random::run_trials(trials).exit();
