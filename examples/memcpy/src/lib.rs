@@ -1,0 +1,212 @@
+//! A complete, small blockwire backend: transfers are a `memcpy` between two regions of one
+//! process. It is the template the README's "Adding a backend" walks through, and it passes
+//! the whole conformance suite (`cargo test -p blockwire-example-memcpy --test suite`).
+//!
+//! A backend only connects, posts, observes and releases; every rule of the contract
+//! (validation, generations, per-peer polling, cancel modes, close) is `BlockTransport`'s.
+//! Here a post copies at once, so every transfer is done when `post` returns and `release`
+//! never has to say busy.
+//!
+//! ```
+//! use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+//! use blockwire_example_memcpy::MemcpyBackend;
+//! let open = || BlockTransport::<MemcpyBackend>::open(Region::new(4, 64)?, TransportOptions::default());
+//! let (a, b) = (open()?, open()?);
+//! a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
+//! a.region().fill_block(1, 7)?;
+//! let id = a.write_blocks(&"b".into(), &[1], &[3])?;
+//! assert_eq!(a.poll(None)?.done, vec![id]);
+//! assert_eq!(b.region().block(3)?, vec![7; 64]);
+//! # Ok::<(), blockwire::Error>(())
+//! ```
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blockwire_core::{
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
+    Capabilities, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion,
+    Result, XferState,
+};
+use parking_lot::{Mutex, RwLock};
+
+/// The regions of this process that are open, by token: what a descriptor's address names.
+static REGIONS: Mutex<Option<HashMap<u64, Arc<Shared>>>> = Mutex::new(None);
+static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
+
+/// A region peers copy into and out of; `revoked` is set, under the write lock, by close.
+struct Shared {
+    span: RegionSpan,
+    revoked: RwLock<bool>,
+}
+
+/// The memcpy backend over one region.
+pub struct MemcpyBackend {
+    token: u64,
+    shared: Arc<Shared>,
+    counts: LiveCounts,
+}
+
+/// A connected peer: its region, and a count while connected.
+pub struct MemcpyPeer {
+    shared: Arc<Shared>,
+    blocks: u32,
+    _live: Live,
+}
+
+impl OpenBackend for MemcpyBackend {
+    const KIND: &'static str = "memcpy";
+
+    unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self> {
+        options
+            .finish(Self::KIND)
+            .map_err(|source| blockwire_core::Error::Open {
+                kind: Self::KIND.into(),
+                source,
+            })?;
+        let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
+        let shared = Arc::new(Shared {
+            span,
+            revoked: RwLock::new(false),
+        });
+        REGIONS
+            .lock()
+            .get_or_insert_default()
+            .insert(token, shared.clone());
+        Ok(MemcpyBackend {
+            token,
+            shared,
+            counts: LiveCounts::default(),
+        })
+    }
+}
+
+impl Backend for MemcpyBackend {
+    type Peer = MemcpyPeer;
+    type Xfer = Live;
+
+    fn kind(&self) -> &'static str {
+        Self::KIND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        let mut c = Capabilities::default();
+        (c.read, c.remote_disconnect, c.revoke) = (true, true, true);
+        c
+    }
+
+    /// The token, then the registration (so `connect` can refuse an altered descriptor).
+    fn address(&self) -> Vec<u8> {
+        let mut out = self.token.to_le_bytes().to_vec();
+        RegisteredRegion::of(&self.shared.span).encode(&mut out);
+        out
+    }
+
+    fn connect(&self, remote: &PeerDescriptor) -> Result<MemcpyPeer, BackendError> {
+        if *self.shared.revoked.read() {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                "this transport is closed",
+            ));
+        }
+        let refuse = |why: &str| BackendError::new(BackendErrorKind::MalformedAddress, why);
+        let (token, registered) = remote
+            .address
+            .split_at_checked(8)
+            .ok_or_else(|| refuse("address too short"))?;
+        let token = u64::from_le_bytes(token.try_into().map_err(|_| refuse("bad token"))?);
+        let (registered, rest) = RegisteredRegion::decode(registered)?;
+        if !rest.is_empty() {
+            return Err(refuse("trailing bytes after the registration"));
+        }
+        let shared = REGIONS
+            .lock()
+            .as_ref()
+            .and_then(|r| r.get(&token).cloned())
+            .ok_or_else(|| {
+                BackendError::new(
+                    BackendErrorKind::RemoteDisconnect,
+                    "no open region of this process has that token",
+                )
+            })?;
+        if registered != RegisteredRegion::of(&shared.span) {
+            return Err(refuse("the registration is not the region's of that token"));
+        }
+        registered.check(remote)?;
+        Ok(MemcpyPeer {
+            blocks: shared.span.num_blocks(),
+            shared,
+            _live: self.counts.peer(),
+        })
+    }
+
+    fn disconnect(&self, peer: MemcpyPeer) {
+        drop(peer);
+    }
+
+    fn post(
+        &self,
+        peer: &MemcpyPeer,
+        op: Op,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+    ) -> Result<Live, BackendError> {
+        let pairs = self.shared.span.block_pairs(local, remote, peer.blocks)?;
+        let len = self.shared.span.block_len();
+        // Held while copying: close (revoke) of the peer waits for it, and then we see it.
+        let revoked = peer.shared.revoked.read();
+        if *revoked {
+            return Err(BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                "the peer closed",
+            ));
+        }
+        for pair in pairs {
+            let here = self.shared.span.base().as_ptr().wrapping_add(pair.local);
+            let there = peer
+                .shared
+                .span
+                .base()
+                .as_ptr()
+                .wrapping_add(pair.remote as usize);
+            let (from, to) = match op {
+                Op::Write => (here, there),
+                Op::Read => (there, here),
+            };
+            // SAFETY: `block_pairs` checked both offsets against the two regions' shapes, so
+            // both blocks lie inside regions that are open: ours while this backend lives, the
+            // peer's while it is not revoked, which the read lock held here guarantees.
+            // `copy` allows overlap (a transport may be its own peer).
+            unsafe { std::ptr::copy(from, to, len) };
+        }
+        Ok(self.counts.transfer())
+    }
+
+    fn state(&self, _: &mut Live) -> XferState {
+        XferState::Done
+    }
+
+    fn release(&self, xfer: Live) -> Result<(), Live> {
+        drop(xfer);
+        Ok(())
+    }
+
+    /// Unlists the region, then waits out any copy in progress: none starts afterwards.
+    fn revoke(&self) {
+        if let Some(regions) = REGIONS.lock().as_mut() {
+            regions.remove(&self.token);
+        }
+        *self.shared.revoked.write() = true;
+    }
+
+    fn stats(&self) -> BackendStats {
+        self.counts.stats()
+    }
+}
+
+impl Drop for MemcpyBackend {
+    fn drop(&mut self) {
+        self.revoke();
+    }
+}
