@@ -4,9 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendStats, BlockIndex, Capabilities, FailureReason,
-    Live, LiveCounts, Op, PeerDescriptor, XferState,
+    Op, PeerDescriptor, XferState,
 };
 use parking_lot::{Condvar, Mutex};
 

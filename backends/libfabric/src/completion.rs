@@ -10,47 +10,57 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use blockwire_core::FailureReason;
+use blockwire_core::kit::TransferCell;
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
 use crate::errors::{EAVAIL, reason};
 
-/// One transfer: its posted operations not yet completed, and the first failure.
+/// One transfer: its outcome, and its operations posted and not yet completed. It ends
+/// (done, or failed with the first failure) once every operation was posted and has
+/// completed, or at once when its link is cut.
 pub(crate) struct Transfer {
-    pub(crate) pending: AtomicUsize,
-    pub(crate) posted_all: AtomicBool,
-    pub(crate) failure: Mutex<Option<FailureReason>>,
-    /// Its link was cut: no byte of it moves any more, whatever the provider still holds
-    /// (operations it never completes keep their context, and this transfer, allocated).
-    cut: AtomicBool,
+    pub(crate) cell: TransferCell,
+    pending: AtomicUsize,
+    posted_all: AtomicBool,
+}
+
+impl AsRef<TransferCell> for Transfer {
+    fn as_ref(&self) -> &TransferCell {
+        &self.cell
+    }
 }
 
 impl Transfer {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(Transfer {
+            cell: TransferCell::running(),
             pending: AtomicUsize::new(0),
             posted_all: AtomicBool::new(false),
-            failure: Mutex::new(None),
-            cut: AtomicBool::new(false),
         })
     }
 
-    pub(crate) fn fail(&self, why: FailureReason) {
-        self.failure.lock().get_or_insert(why);
+    /// An operation is about to be posted.
+    pub(crate) fn op_posting(&self) {
+        self.pending.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Ends the transfer as failed because its link was cut (see `Link::cut_if_safe`).
-    pub(crate) fn cut(&self, why: FailureReason) {
-        self.fail(why);
-        self.cut.store(true, Ordering::Release);
+    /// An operation completed, failed, or was not taken: the last one of a transfer whose
+    /// operations were all posted ends it.
+    pub(crate) fn op_ended(&self) {
+        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1
+            && self.posted_all.load(Ordering::SeqCst)
+        {
+            self.cell.finish();
+        }
     }
 
-    /// Every posted operation has completed (or failed), or the link was cut: no byte of it
-    /// moves any more.
-    pub(crate) fn stopped(&self) -> bool {
-        self.cut.load(Ordering::Acquire)
-            || (self.posted_all.load(Ordering::Acquire)
-                && self.pending.load(Ordering::Acquire) == 0)
+    /// Every operation was posted (or given up): the transfer ends with the last of them.
+    pub(crate) fn all_posted(&self) {
+        self.posted_all.store(true, Ordering::SeqCst);
+        if self.pending.load(Ordering::SeqCst) == 0 {
+            self.cell.finish();
+        }
     }
 }
 
@@ -106,10 +116,12 @@ impl Outstanding {
             // SAFETY: recorded by `OpContext::new` and never completed, so still boxed; the
             // provider no longer holds it (this function's contract).
             let op = unsafe { Box::from_raw(context as *mut OpContext) };
-            op.transfer.fail(FailureReason::RemoteDisconnect(
-                "the endpoint closed before the operation completed".into(),
-            ));
-            op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
+            op.transfer
+                .cell
+                .note_failure(FailureReason::RemoteDisconnect(
+                    "the endpoint closed before the operation completed".into(),
+                ));
+            op.transfer.op_ended();
         }
     }
 }
@@ -176,7 +188,7 @@ unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
     let op = unsafe { Box::from_raw(context.cast::<OpContext>()) };
     op.outstanding.0.lock().remove(&(context as usize));
     if let Some(why) = failure {
-        op.transfer.fail(why);
+        op.transfer.cell.note_failure(why);
     }
-    op.transfer.pending.fetch_sub(1, Ordering::AcqRel);
+    op.transfer.op_ended();
 }

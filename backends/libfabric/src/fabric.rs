@@ -7,7 +7,8 @@ use std::ptr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwire_core::{BackendError, BackendErrorKind, ProgressThread, RegionSpan};
+use blockwire_core::kit::ProgressThread;
+use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 

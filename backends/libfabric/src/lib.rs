@@ -114,10 +114,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan,
-    RegisteredRegion, XferState,
+    Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
 };
 
 use address::OfiAddress;
@@ -373,7 +373,7 @@ impl Backend for OfiBackend {
                         return Err(errors::error(&format!("posting {op}"), ret));
                     }
                     // Earlier blocks are in flight: they finish, then the transfer reports this.
-                    transfer.fail(post::refused(op, ret));
+                    transfer.cell.note_failure(post::refused(op, ret));
                     break;
                 }
             }
@@ -386,7 +386,7 @@ impl Backend for OfiBackend {
                 tracing::trace!(queued = rest.len(), "libfabric post queued for retry");
                 fabric.retries.push(&peer.link, &transfer, rest);
             }
-            None => transfer.posted_all.store(true, Ordering::Release),
+            None => transfer.all_posted(),
         }
         drop(held);
         if queue_from.is_some() {
@@ -401,13 +401,7 @@ impl Backend for OfiBackend {
     }
 
     fn state(&self, xfer: &mut OfiXfer) -> XferState {
-        if !xfer.transfer.stopped() {
-            return XferState::Running;
-        }
-        match xfer.transfer.failure.lock().clone() {
-            Some(why) => XferState::Failed(why),
-            None => XferState::Done,
-        }
+        xfer.transfer.cell.state()
     }
 
     fn fail_peer(&self, peer: &OfiPeer) -> bool {
@@ -419,7 +413,7 @@ impl Backend for OfiBackend {
     }
 
     fn release(&self, xfer: OfiXfer) -> Result<(), OfiXfer> {
-        if xfer.transfer.stopped() {
+        if xfer.transfer.cell.is_ended() {
             Ok(())
         } else {
             Err(xfer)

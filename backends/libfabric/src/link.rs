@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use blockwire_core::process::PeerProcess;
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason, PostedTransfers};
+use blockwire_core::kit::ProcessWatch;
+use blockwire_core::kit::{CuttableLink, LinkHold};
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason};
 use libfabric_sys::*;
-use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use parking_lot::Mutex;
 
 use crate::completion::Outstanding;
 use crate::completion::Transfer;
@@ -23,19 +24,15 @@ use crate::local;
 pub(crate) struct Link {
     pub(crate) addr: fi_addr_t,
     name: Vec<u8>,
-    /// `Some(why)` once cut. Apart from the endpoint, so that a cut that closes nothing
-    /// never waits for a post (one stuck in the provider, as 1.17's `shm` spins on a lock
-    /// its peer died holding).
-    cut: Mutex<Option<String>>,
-    /// Its endpoint. Posts hold it shared for their whole duration, so a cut that closes it
-    /// never runs under one.
-    state: RwLock<LinkState>,
+    /// Its endpoint, which posts hold shared for their whole duration (so a cut that closes
+    /// it never runs under one), the cut's mark (apart: a cut that closes nothing never waits
+    /// for a post stuck in the provider, as 1.17's `shm` spins on a lock its peer died
+    /// holding), and the transfers posted through it, which the cut fails.
+    link: CuttableLink<LinkState, Transfer>,
     /// Connected peers that use this entry.
     peers: AtomicUsize,
-    /// Transfers posted through this entry (pruned at each post), for the cut.
-    transfers: PostedTransfers<Transfer>,
     /// The `shm` provider's peer process, when its endpoint name gives the pid.
-    process: Option<PeerProcess>,
+    process: Option<ProcessWatch>,
     /// The `shm` provider's file of a peer in another process: the provider removes it when
     /// the peer's endpoint closes, after which that peer never serves an operation again.
     shm_file: Option<PathBuf>,
@@ -50,34 +47,25 @@ pub(crate) struct Link {
     _peer_fabric: Option<Arc<Fabric>>,
 }
 
-struct LinkState {
+pub(crate) struct LinkState {
     /// This peer's own endpoint (`endpoint_per_peer`; closed by a cut on `tcp`), else posts
     /// use the backend's.
     endpoint: Option<Endpoint>,
 }
 
 /// A post's hold on a link that is not cut (see [`Link::hold`]).
-pub(crate) struct Held<'a> {
-    link: &'a Link,
-    guard: RwLockReadGuard<'a, LinkState>,
-}
+pub(crate) type Held<'a> = LinkHold<'a, LinkState, Transfer>;
 
-impl Held<'_> {
+impl LinkState {
     /// The endpoint posts to this peer go through, with its outstanding operations: its own,
     /// or `main` (the backend's).
     pub(crate) fn ep_or<'a>(
         &'a self,
         main: (*mut fid_ep, &'a Arc<Outstanding>),
     ) -> (*mut fid_ep, &'a Arc<Outstanding>) {
-        self.guard
-            .endpoint
+        self.endpoint
             .as_ref()
             .map_or(main, |e| (e.ep, &e.outstanding))
-    }
-
-    /// Records a transfer posted through the link, for a later cut.
-    pub(crate) fn track(&self, transfer: &Arc<Transfer>) {
-        self.link.transfers.push(transfer);
     }
 }
 
@@ -106,12 +94,9 @@ impl Link {
             )
         };
         {
-            let guard = self.state.read();
-            if let Some(why) = &*self.cut.lock() {
-                return Err(refused(why));
-            }
+            let held = self.link.hold().map_err(|why| refused(&why))?;
             if self.gone().is_none() {
-                return Ok(Held { link: self, guard });
+                return Ok(held);
             }
         }
         let why = self.gone().unwrap_or_default();
@@ -184,7 +169,7 @@ impl Link {
     ///   landed in the local region after it once a cut network link came back
     ///   (`conformance/tests/two_hosts.rs`).
     pub(crate) fn cut_if_safe(&self, fabric: &Fabric) -> bool {
-        if self.cut.lock().is_some() {
+        if self.link.why_cut().is_some() {
             return true;
         }
         if fabric.provider == "shm" {
@@ -208,22 +193,17 @@ impl Link {
     /// entry stays (libfabric 1.17's shm provider breaks after `fi_av_remove`, see
     /// `Links::release`; elsewhere it goes with the endpoint, or at the last release).
     fn cut(&self, why: &str, close: bool) {
-        {
-            let mut cut = self.cut.lock();
-            if cut.is_some() {
-                return;
-            }
-            tracing::warn!(reason = why, "libfabric link cut");
-            *cut = Some(why.to_owned());
+        if !self.link.mark_cut(why) {
+            return;
         }
         if close {
             // No post runs (the write lock) and none will (the cut): the endpoint closes.
-            drop(self.state.write().endpoint.take());
+            drop(self.link.write().endpoint.take());
         }
-        let reason = FailureReason::RemoteDisconnect(format!("the connection was cut: {why}"));
-        for t in self.transfers.take() {
-            t.cut(reason.clone());
-        }
+        self.link
+            .fail_posted(FailureReason::RemoteDisconnect(format!(
+                "the connection was cut: {why}"
+            )));
     }
 }
 
@@ -245,7 +225,7 @@ impl Links {
         let mut by_name = self.by_name.lock();
         let previous = by_name.get(name).cloned();
         if let Some(link) = &previous {
-            if link.cut.lock().is_none() {
+            if link.link.why_cut().is_none() {
                 link.peers.fetch_add(1, Ordering::AcqRel);
                 return Ok(link.clone());
             }
@@ -259,7 +239,7 @@ impl Links {
             })?
         } else {
             // A peer whose process is gone is refused here (RemoteDisconnect).
-            let process = pid.map(|pid| PeerProcess::open(pid, None)).transpose()?;
+            let process = pid.map(|pid| ProcessWatch::open(pid, None)).transpose()?;
             Self::make_link(fabric, name, previous.as_ref(), process, None)?
         };
         by_name.insert(name.to_vec(), link.clone());
@@ -271,7 +251,7 @@ impl Links {
         fabric: &Arc<Fabric>,
         name: &[u8],
         previous: Option<&Arc<Link>>,
-        process: Option<PeerProcess>,
+        process: Option<ProcessWatch>,
         peer_fabric: Option<Arc<Fabric>>,
     ) -> Result<Arc<Link>, BackendError> {
         let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
@@ -314,10 +294,8 @@ impl Links {
         Ok(Arc::new(Link {
             addr,
             name: name.to_vec(),
-            cut: Mutex::new(None),
-            state: RwLock::new(LinkState { endpoint }),
+            link: CuttableLink::new(LinkState { endpoint }),
             peers: AtomicUsize::new(1),
-            transfers: PostedTransfers::default(),
             process,
             shm_file,
             own_endpoint,

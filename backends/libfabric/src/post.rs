@@ -3,7 +3,6 @@
 
 use std::ffi::c_void;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use libfabric_sys::*;
@@ -66,7 +65,7 @@ pub(crate) unsafe fn post_one(
         context: context.cast::<c_void>(),
         data: 0,
     };
-    transfer.pending.fetch_add(1, Ordering::AcqRel);
+    transfer.op_posting();
     // SAFETY: per this function's contract; `msg` and what it points to live through the call
     // (the provider copies them).
     let ret = unsafe {
@@ -76,9 +75,9 @@ pub(crate) unsafe fn post_one(
         }
     };
     if ret != 0 {
-        transfer.pending.fetch_sub(1, Ordering::AcqRel);
         // SAFETY: the provider did not take the context.
         unsafe { OpContext::reclaim(context) };
+        transfer.op_ended();
     }
     ret
 }

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use blockwire_core::{BackendError, FailureReason, ProgressThread};
+use blockwire_core::kit::ProgressThread;
+use blockwire_core::{BackendError, FailureReason};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
@@ -242,7 +243,7 @@ impl Retries {
                 Some(why) => {
                     handled += q.ops.len();
                     q.ops.clear();
-                    q.transfer.fail(why);
+                    q.transfer.cell.note_failure(why);
                     true
                 }
                 None => q.ops.is_empty(),
@@ -253,7 +254,7 @@ impl Retries {
                 }
                 self.len.fetch_sub(1, Ordering::AcqRel);
                 // Last: once every operation is accounted for, the transfer may be released.
-                q.transfer.posted_all.store(true, Ordering::Release);
+                q.transfer.all_posted();
                 continue;
             }
             blocked.push(key);

@@ -52,10 +52,11 @@ mod runtime;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, FailureReason, Live, LiveCounts, Op, OpenBackend, PeerDescriptor,
-    RegionSpan, RegisteredRegion, XferState,
+    Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan,
+    RegisteredRegion, XferState,
 };
 use nixl_sys::{
     Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,

@@ -2,17 +2,17 @@
 //! chunks whether it was asked to stop and whether the peer is still there.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op, XferState};
+use blockwire_core::kit::TransferCell;
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use crossbeam_channel::{Receiver, Sender};
-use parking_lot::Mutex;
 
 use crate::lease::Lease;
 use crate::live::LiveRegion;
 use crate::process::{self, Piece};
-use blockwire_core::process::PeerProcess;
+use blockwire_core::kit::ProcessWatch;
 
 /// Where a peer's region is.
 pub(crate) enum Target {
@@ -22,74 +22,43 @@ pub(crate) enum Target {
     /// region's lease.
     Remote {
         /// The peer process.
-        proc: PeerProcess,
+        proc: ProcessWatch,
         /// Its region's lease.
         lease: Lease,
     },
 }
 
-const QUEUED: u8 = 0;
-const RUNNING: u8 = 1;
-const DONE: u8 = 2;
-const FAILED: u8 = 3;
-/// Stopped before a worker picked it up: no byte moved.
-const DROPPED: u8 = 4;
-
-/// The state a transfer handle and its worker share.
-pub(crate) struct Progress {
-    state: AtomicU8,
+/// A transfer a handle and its worker share: its outcome, and whether it was asked to stop.
+pub(crate) struct CopyTransfer {
+    pub(crate) cell: TransferCell,
     abort: AtomicBool,
-    reason: Mutex<Option<FailureReason>>,
 }
 
-impl Progress {
+impl CopyTransfer {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Progress {
-            state: AtomicU8::new(QUEUED),
+        Arc::new(CopyTransfer {
+            cell: TransferCell::queued(),
             abort: AtomicBool::new(false),
-            reason: Mutex::new(None),
         })
-    }
-
-    pub(crate) fn state(&self) -> XferState {
-        match self.state.load(Ordering::Acquire) {
-            QUEUED | RUNNING => XferState::Running,
-            DONE => XferState::Done,
-            DROPPED => XferState::Failed(FailureReason::Aborted),
-            _ => XferState::Failed(
-                self.reason
-                    .lock()
-                    .clone()
-                    .unwrap_or_else(|| FailureReason::Backend("unknown failure".into())),
-            ),
-        }
     }
 
     /// Asks the worker to stop at the next chunk; a transfer no worker has started yet stops
     /// at once.
     pub(crate) fn abort(&self) {
         self.abort.store(true, Ordering::SeqCst);
-        let _ = self
-            .state
-            .compare_exchange(QUEUED, DROPPED, Ordering::AcqRel, Ordering::Acquire);
+        self.cell.stop_if_queued(FailureReason::Aborted);
     }
 
     /// Whether no worker is (or will be) copying for this transfer. A queued transfer is
-    /// dropped here, so it will never start.
+    /// stopped here, so it will never start.
     pub(crate) fn try_stop(&self) -> bool {
-        match self
-            .state
-            .compare_exchange(QUEUED, DROPPED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => true,
-            Err(s) => s != RUNNING,
-        }
+        self.cell.stop_if_queued(FailureReason::Aborted) || self.cell.is_ended()
     }
 }
 
 /// One transfer for a worker.
 pub(crate) struct Job {
-    pub(crate) progress: Arc<Progress>,
+    pub(crate) transfer: Arc<CopyTransfer>,
     pub(crate) op: Op,
     pub(crate) target: Arc<Target>,
     /// Pieces of at most `chunk` bytes, grouped into chunks of at most `chunk` bytes.
@@ -146,20 +115,13 @@ impl Drop for CopyPool {
 
 fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>) {
     for job in rx {
-        let p = &job.progress;
-        if p.state
-            .compare_exchange(QUEUED, RUNNING, Ordering::AcqRel, Ordering::Acquire)
-            .is_err()
-        {
-            continue; // dropped before it started
+        let cell = &job.transfer.cell;
+        if !cell.start() {
+            continue; // stopped before it started
         }
-        let outcome = run(&job, &shutdown);
-        match outcome {
-            Ok(()) => p.state.store(DONE, Ordering::Release),
-            Err(reason) => {
-                *p.reason.lock() = Some(reason);
-                p.state.store(FAILED, Ordering::Release);
-            }
+        match run(&job, &shutdown) {
+            Ok(()) => cell.finish(),
+            Err(reason) => cell.fail(reason),
         }
     }
 }
@@ -167,7 +129,7 @@ fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>) {
 fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
     let write = job.op == Op::Write;
     for chunk in &job.chunks {
-        if job.progress.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
+        if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
             return Err(FailureReason::Aborted);
         }
         match &*job.target {

@@ -17,7 +17,7 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use blockwire_core::process::PeerProcess;
+use blockwire_core::kit::ProcessWatch;
 use blockwire_core::{BackendError, BackendErrorKind};
 
 const LEASE_MAGIC: u64 = u64::from_le_bytes(*b"BWLEASE1");
@@ -121,7 +121,7 @@ impl Lease {
 
     /// Maps the lease of the region of `proc` whose file descriptor is `fd` there. Refused
     /// unless it is a sealed page holding the lease magic.
-    pub(crate) fn attach(proc: &PeerProcess, fd: i32) -> Result<Self, BackendError> {
+    pub(crate) fn attach(proc: &ProcessWatch, fd: i32) -> Result<Self, BackendError> {
         let bad = |why: &str| {
             BackendError::new(
                 BackendErrorKind::MalformedAddress,

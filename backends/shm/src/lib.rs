@@ -101,14 +101,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
+    Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
 };
 
 use address::ShmAddress;
-use blockwire_core::process::PeerProcess;
-use copier::{CopyPool, Job, Progress, Target};
+use blockwire_core::kit::ProcessWatch;
+use copier::{CopyPool, CopyTransfer, Job, Target};
 use lease::Lease;
 use live::LiveRegion;
 use process::{MAX_PIECES, Piece};
@@ -235,7 +236,7 @@ pub struct ShmPeer {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct ShmXfer {
-    progress: Arc<Progress>,
+    transfer: Arc<CopyTransfer>,
     _live: Live,
 }
 
@@ -280,7 +281,7 @@ impl OpenBackend for ShmBackend {
                 "copy_threads and chunk_bytes must be at least 1",
             )));
         }
-        let (pid, start_time) = blockwire_core::process::current()
+        let (pid, start_time) = blockwire_core::kit::process::current()
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
         let pool = CopyPool::new(threads).map_err(open_err)?;
         let lease = Lease::create().map_err(open_err)?;
@@ -342,7 +343,7 @@ impl ShmBackend {
         addr: ShmAddress,
         region_len: usize,
     ) -> Result<Target, BackendError> {
-        let proc = PeerProcess::open(addr.pid, Some(addr.start_time))?;
+        let proc = ProcessWatch::open(addr.pid, Some(addr.start_time))?;
         let context = |e: BackendError| {
             BackendError::new(
                 e.kind(),
@@ -512,29 +513,29 @@ impl Backend for ShmBackend {
         if !current.is_empty() {
             chunks.push(current);
         }
-        let progress = Progress::new();
+        let transfer = CopyTransfer::new();
         self.pool.submit(Job {
-            progress: progress.clone(),
+            transfer: transfer.clone(),
             op,
             target: peer.target.clone(),
             chunks,
         })?;
         Ok(ShmXfer {
-            progress,
+            transfer,
             _live: self.counts.transfer(),
         })
     }
 
     fn state(&self, xfer: &mut ShmXfer) -> XferState {
-        xfer.progress.state()
+        xfer.transfer.cell.state()
     }
 
     fn abort(&self, xfer: &mut ShmXfer) {
-        xfer.progress.abort();
+        xfer.transfer.abort();
     }
 
     fn release(&self, xfer: ShmXfer) -> Result<(), ShmXfer> {
-        if xfer.progress.try_stop() {
+        if xfer.transfer.try_stop() {
             Ok(())
         } else {
             Err(xfer)

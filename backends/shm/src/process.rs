@@ -1,9 +1,9 @@
 //! Memory access to a peer process through `process_vm_readv`/`process_vm_writev` (its
-//! identity and liveness are `blockwire_core::process`).
+//! identity and liveness are `blockwire_core::kit::process`).
 
 use std::io;
 
-use blockwire_core::process::PeerProcess;
+use blockwire_core::kit::ProcessWatch;
 use blockwire_core::{BackendError, BackendErrorKind};
 
 /// One contiguous piece of a copy: `len` bytes at local address `local` and remote `remote`.
@@ -25,7 +25,7 @@ pub(crate) const MAX_PIECES: usize = 1024;
 /// Every local piece must lie in memory of this process that is valid for reads (write) or
 /// writes (read) for its length, and that no reference aliases while the copy runs.
 pub(crate) unsafe fn copy_pieces(
-    proc: &PeerProcess,
+    proc: &ProcessWatch,
     pieces: &[Piece],
     write: bool,
 ) -> Result<(), BackendError> {

@@ -96,13 +96,13 @@ mod worker;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI8, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI8, Ordering};
 use std::time::{Duration, Instant};
 
+use blockwire_core::kit::{CuttableLink, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, PostedTransfers,
-    RegionSpan, RegisteredRegion, XferState,
+    Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
 };
 use ucx_sys::*;
 
@@ -137,23 +137,19 @@ pub struct UcxPeer {
     /// Set by the endpoint's error callback; owned through a raw `Arc` while the endpoint
     /// exists.
     health: *const PeerHealth,
-    /// What `fail_peer` did to the endpoint; posts hold it shared for their whole duration,
-    /// so the endpoint is never closed under one.
-    link: parking_lot::RwLock<Link>,
-    /// The completions of this peer's transfers, for `fail_peer`: UCX 1.13's forced close does
-    /// not complete flushes already posted on the endpoint.
-    posted: PostedTransfers<Completion>,
+    /// Posts hold it shared for their whole duration, so `fail_peer` never closes the
+    /// endpoint under one; it also fails the transfers posted through it (UCX 1.13's forced
+    /// close does not complete flushes already posted on the endpoint).
+    link: CuttableLink<ForcedClose, TransferCell>,
     _live: Live,
 }
 
-/// The endpoint's state as `fail_peer` leaves it.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Link {
-    /// Open (healthy or failed by UCX): `close_peer` closes it.
-    Open,
-    /// Key destroyed and endpoint force-closed by `fail_peer`; `closed`: the close finished,
-    /// so the error-callback state may be freed.
-    Cut { closed: bool },
+/// What `fail_peer`'s cut did to the endpoint: once cut, `close_peer` leaves the key and
+/// endpoint alone (destroyed, or closing by force).
+#[derive(Clone, Copy, Default)]
+struct ForcedClose {
+    /// The forced close finished, so the error-callback state may be freed.
+    closed: bool,
 }
 
 // SAFETY: the endpoint and remote key belong to a UCS_THREAD_MODE_MULTI worker, which
@@ -170,31 +166,18 @@ struct PeerHealth {
 
 /// A posted transfer.
 pub struct UcxXfer {
-    shared: Arc<Completion>,
+    shared: Arc<TransferCell>,
     ucx: Arc<Ucx>,
     _live: Live,
 }
 
-const RUNNING: u8 = 0;
-const DONE: u8 = 1;
-const FAILED: u8 = 2;
-
-/// Completion of a transfer's flush, set by the flush callback.
-struct Completion {
-    state: AtomicU8,
-    status: AtomicI8,
-    /// The first error a put or get returned when posted (later ones were not posted).
-    post_error: AtomicI8,
-}
-
-impl Completion {
-    fn complete(&self, status: ucs_status_t) {
-        let post_error = self.post_error.load(Ordering::Acquire);
-        let status = if status == UCS_OK { post_error } else { status };
-        self.status.store(status, Ordering::Release);
-        let state = if status == UCS_OK { DONE } else { FAILED };
-        self.state.store(state, Ordering::Release);
+/// Ends a transfer with the status of its flush (an error a put or get returned when posted
+/// was noted on the cell first, and wins).
+fn complete(cell: &TransferCell, status: ucs_status_t) {
+    if status != UCS_OK {
+        cell.note_failure(status::reason("transfer", status));
     }
+    cell.finish();
 }
 
 unsafe extern "C" fn flush_done(
@@ -202,10 +185,10 @@ unsafe extern "C" fn flush_done(
     status: ucs_status_t,
     user_data: *mut c_void,
 ) {
-    // SAFETY: `user_data` is the `Arc<Completion>` leaked for this flush in `post`; the
+    // SAFETY: `user_data` is the `Arc<TransferCell>` leaked for this flush in `post`; the
     // callback runs once, so it is reclaimed once.
-    let shared = unsafe { Arc::from_raw(user_data as *const Completion) };
-    shared.complete(status);
+    let shared = unsafe { Arc::from_raw(user_data as *const TransferCell) };
+    complete(&shared, status);
     // SAFETY: `request` is this flush's request; UCX allows releasing it in its callback.
     unsafe { ucp_request_free(request) };
 }
@@ -414,8 +397,7 @@ impl Backend for UcxBackend {
             base: desc.base_addr,
             num_blocks: desc.num_blocks,
             health,
-            link: parking_lot::RwLock::new(Link::Open),
-            posted: PostedTransfers::default(),
+            link: CuttableLink::new(ForcedClose::default()),
             _live: self.counts.peer(),
         };
         drop(worker);
@@ -442,10 +424,15 @@ impl Backend for UcxBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<UcxXfer, BackendError> {
-        let link = peer.link.read();
+        let link = peer.link.hold().map_err(|why| {
+            BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                format!("the connection to this peer was cut: {why}"),
+            )
+        })?;
         // SAFETY: `health` lives as long as the peer.
         let health = unsafe { &*peer.health }.status.load(Ordering::Acquire);
-        if health != UCS_OK || *link != Link::Open {
+        if health != UCS_OK {
             return Err(status::error("peer endpoint failed", health));
         }
         // Held through the flush: the endpoint and key are the worker's.
@@ -453,11 +440,7 @@ impl Backend for UcxBackend {
         let block_len = self.span.block_len();
         // Every index is checked before the first operation is posted.
         let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
-        let shared = Arc::new(Completion {
-            state: AtomicU8::new(RUNNING),
-            status: AtomicI8::new(UCS_OK),
-            post_error: AtomicI8::new(UCS_OK),
-        });
+        let shared = Arc::new(TransferCell::running());
         let plain = ucp_request_param_t::default();
         for (i, pair) in pairs.iter().enumerate() {
             // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
@@ -493,7 +476,7 @@ impl Backend for UcxBackend {
                     return Err(status::error(&format!("posting {op}"), status));
                 }
                 // Earlier blocks are in flight: flush them, then report the failure.
-                shared.post_error.store(status, Ordering::Release);
+                shared.note_failure(status::reason("transfer", status));
                 break;
             }
             if UCS_PTR_IS_PTR(request) {
@@ -517,9 +500,9 @@ impl Backend for UcxBackend {
             // Completed (or failed) at once: the callback will not run.
             // SAFETY: reclaims the Arc leaked for the callback that will not run.
             drop(unsafe { Arc::from_raw(user_data) });
-            shared.complete(UCS_PTR_STATUS(request));
+            complete(&shared, UCS_PTR_STATUS(request));
         }
-        peer.posted.push(&shared);
+        link.track(&shared);
         drop(worker);
         drop(link);
         self.ucx.kick();
@@ -534,19 +517,16 @@ impl Backend for UcxBackend {
         if xfer.ucx.mode == Progress::Caller {
             xfer.ucx.progress_once();
         }
-        match xfer.shared.state.load(Ordering::Acquire) {
-            RUNNING => XferState::Running,
-            DONE => XferState::Done,
-            _ => XferState::Failed(status::reason(
-                "transfer",
-                xfer.shared.status.load(Ordering::Acquire),
-            )),
-        }
+        xfer.shared.state()
     }
 
     fn fail_peer(&self, peer: &UcxPeer) -> bool {
+        // Waits for the posts holding the link; later ones are refused once it is marked.
         let mut link = peer.link.write();
-        if *link != Link::Open {
+        if !peer
+            .link
+            .mark_cut("no transfer completed for the stall timeout")
+        {
             return true;
         }
         // SAFETY: `health` lives as long as the peer. Later posts are refused from here on.
@@ -562,9 +542,8 @@ impl Backend for UcxBackend {
         // skips a cut link). A forced close completes every operation outstanding on the
         // endpoint with an error, so each transfer's flush callback runs.
         let closed = unsafe { force_close(peer) };
-        *link = Link::Cut {
-            closed: closed == ForceClose::Closed,
-        };
+        link.closed = closed == ForceClose::Closed;
+        drop(link);
         match closed {
             ForceClose::Closed => {
                 // The endpoint is gone, and with it every operation posted on it: UCX touches
@@ -598,7 +577,7 @@ impl Backend for UcxBackend {
 
     fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {
         // UCX cannot cancel an RMA in flight: busy until the flush has completed.
-        if xfer.shared.state.load(Ordering::Acquire) == RUNNING {
+        if !xfer.shared.is_ended() {
             Err(xfer)
         } else {
             Ok(())
@@ -613,7 +592,8 @@ impl Backend for UcxBackend {
 /// Destroys the key, closes the endpoint (progressing until UCX is done with it, bounded),
 /// then frees the error-callback state.
 fn close_peer(peer: UcxPeer) {
-    if let Link::Cut { closed } = *peer.link.read() {
+    if peer.link.why_cut().is_some() {
+        let closed = peer.link.write().closed;
         // SAFETY: the Arc leaked for the endpoint's error callback, reclaimed once (the
         // endpoint's owner is gone).
         let health = unsafe { Arc::from_raw(peer.health) };
@@ -667,11 +647,8 @@ fn close_peer(peer: UcxPeer) {
 /// Fails every transfer posted to `peer` that is still running (its operations will not be
 /// completed by UCX).
 fn fail_posted(peer: &UcxPeer) {
-    for c in peer.posted.take() {
-        if c.state.load(Ordering::Acquire) == RUNNING {
-            c.complete(UCS_ERR_CANCELED);
-        }
-    }
+    peer.link
+        .fail_posted(status::reason("transfer", UCS_ERR_CANCELED));
 }
 
 /// What a forced close did.

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use blockwire_core::{BackendError, BackendErrorKind, ProgressThread, RegionSpan};
+use blockwire_core::kit::ProgressThread;
+use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use ucx_sys::*;
 

@@ -12,7 +12,9 @@
 //! - [`Error`] and [`BackendError`];
 //! - the [`Backend`] trait a data path implements, with its [`Capabilities`] and
 //!   [`BackendStats`], and [`OpenBackend`], how one opens over a region;
-//! - [`fingerprint`]: the config fingerprint, byte-identical to the Python reference.
+//! - [`fingerprint`]: the config fingerprint, byte-identical to the Python reference;
+//! - [`kit`]: the mechanisms several backends share (transfer cells, cuttable links, live
+//!   counts, progress threads, process watches).
 //!
 //! The semantics (generations, per-peer polling, cancel modes, validation, close) live once, in
 //! the `blockwire` crate; a backend only connects, posts, observes and releases.
@@ -30,23 +32,19 @@ mod descriptor;
 mod error;
 pub mod fingerprint;
 mod ids;
+pub mod kit;
 mod open;
 mod options;
-mod posted;
-pub mod process;
-mod progress;
 mod registered;
 mod span;
 mod xfer;
 
-pub use backend::{Backend, BackendStats, Capabilities, Live, LiveCounts};
+pub use backend::{Backend, BackendStats, Capabilities};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use open::OpenBackend;
 pub use options::BackendOptions;
-pub use posted::PostedTransfers;
-pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
 pub use registered::RegisteredRegion;
 pub use span::{BlockPair, RegionSpan};
 pub use xfer::{CancelMode, FailureReason, Op, PeerFault, PollResult, XferState};

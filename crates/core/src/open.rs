@@ -37,7 +37,8 @@ use crate::{Backend, BackendOptions, RegionSpan, Result};
 /// let mut mem = vec![0u8; 64];
 /// let base = std::ptr::NonNull::new(mem.as_mut_ptr()).expect("a vector is never null");
 /// // SAFETY: `mem` outlives the backend.
-/// let null = unsafe { Null::open(RegionSpan::new(base, 1, 64)?, BackendOptions::new())? };
+/// let span = RegionSpan::new(base, 1, 64).expect("a valid shape");
+/// let null = unsafe { Null::open(span, BackendOptions::new())? };
 /// assert_eq!(null.kind(), "null");
 /// # Ok::<(), blockwire_core::Error>(())
 /// ```

@@ -24,10 +24,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Live, LiveCounts, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion,
-    Result, XferState,
+    Capabilities, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, Result, XferState,
 };
 use parking_lot::{Mutex, RwLock};
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, Weak};
 ///
 /// ```
 /// use std::sync::Arc;
-/// let posted = blockwire_core::PostedTransfers::default();
+/// let posted = blockwire_core::kit::PostedTransfers::default();
 /// let (a, b) = (Arc::new(1), Arc::new(2));
 /// posted.push(&a);
 /// posted.push(&b);
@@ -38,7 +38,7 @@ impl<T> PostedTransfers<T> {
     /// Records a posted transfer (and forgets those already released).
     ///
     /// ```
-    /// let posted = blockwire_core::PostedTransfers::default();
+    /// let posted = blockwire_core::kit::PostedTransfers::default();
     /// posted.push(&std::sync::Arc::new("transfer"));
     /// assert!(posted.take().is_empty(), "released before the take");
     /// ```
@@ -51,7 +51,7 @@ impl<T> PostedTransfers<T> {
     /// The transfers still alive, emptying the list.
     ///
     /// ```
-    /// let posted = blockwire_core::PostedTransfers::default();
+    /// let posted = blockwire_core::kit::PostedTransfers::default();
     /// let t = std::sync::Arc::new(7);
     /// posted.push(&t);
     /// assert_eq!(posted.take(), vec![t]);

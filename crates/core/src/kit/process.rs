@@ -11,8 +11,8 @@ use crate::{BackendError, BackendErrorKind};
 /// with the pid, it names one process even after the pid is reused.
 ///
 /// ```
-/// let (pid, start) = blockwire_core::process::current()?;
-/// assert_eq!(blockwire_core::process::start_time(pid)?, start);
+/// let (pid, start) = blockwire_core::kit::process::current()?;
+/// assert_eq!(blockwire_core::kit::process::start_time(pid)?, start);
 /// # Ok::<(), std::io::Error>(())
 /// ```
 pub fn start_time(pid: u32) -> io::Result<u64> {
@@ -33,7 +33,7 @@ pub fn start_time(pid: u32) -> io::Result<u64> {
 /// This process's pid and start time.
 ///
 /// ```
-/// let (pid, _start) = blockwire_core::process::current()?;
+/// let (pid, _start) = blockwire_core::kit::process::current()?;
 /// assert_eq!(pid, std::process::id());
 /// # Ok::<(), std::io::Error>(())
 /// ```
@@ -43,33 +43,33 @@ pub fn current() -> io::Result<(u32, u64)> {
 }
 
 /// A peer process, pinned by a pidfd: once opened, a reused pid can no longer be mistaken for
-/// it, and [`PeerProcess::has_exited`] is one non-blocking `poll`.
+/// it, and [`ProcessWatch::has_exited`] is one non-blocking `poll`.
 ///
 /// ```
-/// use blockwire_core::process::PeerProcess;
+/// use blockwire_core::kit::ProcessWatch;
 /// let mut child = std::process::Command::new("sleep").arg("30").spawn()?;
-/// let peer = PeerProcess::open(child.id(), None)?;
+/// let peer = ProcessWatch::open(child.id(), None)?;
 /// assert!(!peer.has_exited());
 /// child.kill()?;
 /// child.wait()?;
 /// assert!(peer.has_exited());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub struct PeerProcess {
+pub struct ProcessWatch {
     pid: libc::pid_t,
     pidfd: OwnedFd,
 }
 
-impl PeerProcess {
+impl ProcessWatch {
     /// Opens process `pid`; with `start`, only if it is still the process that started then
     /// (see [`start_time`]). A process that is gone, or whose pid now names another process,
     /// is a [`BackendErrorKind::RemoteDisconnect`].
     ///
     /// ```
-    /// use blockwire_core::{BackendErrorKind, process::PeerProcess};
-    /// let (pid, start) = blockwire_core::process::current()?;
-    /// assert_eq!(PeerProcess::open(pid, Some(start))?.pid() as u32, pid);
-    /// let gone = PeerProcess::open(pid, Some(start + 1)).err().unwrap();
+    /// use blockwire_core::{BackendErrorKind, kit::ProcessWatch};
+    /// let (pid, start) = blockwire_core::kit::process::current()?;
+    /// assert_eq!(ProcessWatch::open(pid, Some(start))?.pid() as u32, pid);
+    /// let gone = ProcessWatch::open(pid, Some(start + 1)).err().unwrap();
     /// assert_eq!(gone.kind(), BackendErrorKind::RemoteDisconnect);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -104,13 +104,13 @@ impl PeerProcess {
         let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
         // The pid could have been reused between the first check and pidfd_open.
         check()?;
-        Ok(PeerProcess { pid: pid_t, pidfd })
+        Ok(ProcessWatch { pid: pid_t, pidfd })
     }
 
     /// The process id.
     ///
     /// ```
-    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// let me = blockwire_core::kit::ProcessWatch::open(std::process::id(), None)?;
     /// assert_eq!(me.pid() as u32, std::process::id());
     /// # Ok::<(), blockwire_core::BackendError>(())
     /// ```
@@ -123,7 +123,7 @@ impl PeerProcess {
     ///
     /// ```
     /// use std::os::fd::AsRawFd;
-    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// let me = blockwire_core::kit::ProcessWatch::open(std::process::id(), None)?;
     /// let file = std::fs::File::open("/proc/self/stat").expect("proc");
     /// let copy = me.duplicate_fd(file.as_raw_fd())?;
     /// assert_ne!(copy.as_raw_fd(), file.as_raw_fd());
@@ -148,10 +148,10 @@ impl PeerProcess {
     /// Whether the process is dying: it has exited, has begun to exit (the kernel's
     /// `PF_EXITING`), or has a `SIGKILL` pending. Between a kill and the exit, which for a
     /// large process takes milliseconds, it still looks alive to
-    /// [`PeerProcess::has_exited`]. Reads `/proc`: for occasional use.
+    /// [`ProcessWatch::has_exited`]. Reads `/proc`: for occasional use.
     ///
     /// ```
-    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// let me = blockwire_core::kit::ProcessWatch::open(std::process::id(), None)?;
     /// assert!(!me.is_dying());
     /// # Ok::<(), blockwire_core::BackendError>(())
     /// ```
@@ -187,7 +187,7 @@ impl PeerProcess {
     /// its parent counts as exited). Never blocks.
     ///
     /// ```
-    /// let me = blockwire_core::process::PeerProcess::open(std::process::id(), None)?;
+    /// let me = blockwire_core::kit::ProcessWatch::open(std::process::id(), None)?;
     /// assert!(!me.has_exited());
     /// # Ok::<(), blockwire_core::BackendError>(())
     /// ```
@@ -203,9 +203,9 @@ impl PeerProcess {
     }
 }
 
-impl std::fmt::Debug for PeerProcess {
+impl std::fmt::Debug for ProcessWatch {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PeerProcess")
+        f.debug_struct("ProcessWatch")
             .field("pid", &self.pid)
             .finish_non_exhaustive()
     }
@@ -221,7 +221,7 @@ mod tests {
             .arg("30")
             .spawn()
             .expect("spawn sleep");
-        let peer = PeerProcess::open(child.id(), None).expect("open");
+        let peer = ProcessWatch::open(child.id(), None).expect("open");
         assert!(!peer.is_dying());
         child.kill().expect("kill");
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
@@ -235,9 +235,9 @@ mod tests {
 
     #[test]
     fn a_process_that_never_existed_is_a_disconnect() {
-        let err = PeerProcess::open(i32::MAX as u32 - 1, Some(1)).expect_err("no such pid");
+        let err = ProcessWatch::open(i32::MAX as u32 - 1, Some(1)).expect_err("no such pid");
         assert_eq!(err.kind(), BackendErrorKind::RemoteDisconnect);
-        let err = PeerProcess::open(i32::MAX as u32 - 1, None).expect_err("no such pid");
+        let err = ProcessWatch::open(i32::MAX as u32 - 1, None).expect_err("no such pid");
         assert_eq!(err.kind(), BackendErrorKind::RemoteDisconnect);
     }
 }

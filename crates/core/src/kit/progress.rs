@@ -19,7 +19,7 @@ pub const DEFAULT_IDLE_SLEEP: Duration = Duration::from_micros(100);
 /// use std::sync::Arc;
 /// let calls = Arc::new(AtomicUsize::new(0));
 /// let c = calls.clone();
-/// let t = blockwire_core::ProgressThread::spawn("doc", Default::default(), move || {
+/// let t = blockwire_core::kit::ProgressThread::spawn("doc", Default::default(), move || {
 ///     c.fetch_add(1, Ordering::Relaxed);
 ///     0
 /// })?;
@@ -50,7 +50,7 @@ impl ProgressThread {
     /// when idle (zero: [`DEFAULT_IDLE_SLEEP`]); `progress` returns how many events it handled.
     ///
     /// ```
-    /// let t = blockwire_core::ProgressThread::spawn("x", std::time::Duration::from_millis(1), || 0)?;
+    /// let t = blockwire_core::kit::ProgressThread::spawn("x", std::time::Duration::from_millis(1), || 0)?;
     /// drop(t);
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -101,7 +101,7 @@ impl ProgressThread {
     /// use std::sync::{Arc, Condvar, Mutex};
     /// let pair = Arc::new((Mutex::new(false), Condvar::new()));
     /// let (p, w) = (pair.clone(), pair.clone());
-    /// let t = blockwire_core::ProgressThread::spawn_waiting(
+    /// let t = blockwire_core::kit::ProgressThread::spawn_waiting(
     ///     "doc",
     ///     move || {
     ///         let (m, c) = &*p;
@@ -143,7 +143,7 @@ impl ProgressThread {
     /// Wakes the thread if it sleeps.
     ///
     /// ```
-    /// let t = blockwire_core::ProgressThread::spawn("k", Default::default(), || 0)?;
+    /// let t = blockwire_core::kit::ProgressThread::spawn("k", Default::default(), || 0)?;
     /// t.kick();
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -156,7 +156,7 @@ impl ProgressThread {
     /// Stops and joins the thread (also done on drop).
     ///
     /// ```
-    /// let mut t = blockwire_core::ProgressThread::spawn("s", Default::default(), || 0)?;
+    /// let mut t = blockwire_core::kit::ProgressThread::spawn("s", Default::default(), || 0)?;
     /// t.stop();
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -182,7 +182,7 @@ impl ProgressThread {
     /// that never returns (whatever that call uses must then never be freed).
     ///
     /// ```
-    /// let mut t = blockwire_core::ProgressThread::spawn("w", Default::default(), || 0)?;
+    /// let mut t = blockwire_core::kit::ProgressThread::spawn("w", Default::default(), || 0)?;
     /// assert!(t.stop_within(std::time::Duration::from_secs(5)));
     /// # Ok::<(), std::io::Error>(())
     /// ```
@@ -205,7 +205,7 @@ impl ProgressThread {
     /// that may never return (it ends after that call, if it ever returns).
     ///
     /// ```
-    /// let t = blockwire_core::ProgressThread::spawn("d", Default::default(), || 0)?;
+    /// let t = blockwire_core::kit::ProgressThread::spawn("d", Default::default(), || 0)?;
     /// t.detach();
     /// # Ok::<(), std::io::Error>(())
     /// ```

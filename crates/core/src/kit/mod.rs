@@ -1,0 +1,25 @@
+//! The backend kit: the mechanisms several backends share, written once. A backend only
+//! connects, posts, observes and releases; these are the parts it builds that from.
+//!
+//! - [`TransferCell`]: one transfer's outcome (running, done, or failed with its first
+//!   failure), set by whatever completes it and read by `Backend::state`;
+//! - [`CuttableLink`]: a connection that posts hold and a cut takes, failing the transfers
+//!   posted through it;
+//! - [`PostedTransfers`]: the transfers posted to one peer, for a cut;
+//! - [`LiveCounts`]: live peers and transfers, for `Backend::stats`;
+//! - [`ProgressThread`]: a thread that drives a library's progress while nobody polls;
+//! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd).
+
+mod cell;
+mod link;
+mod live;
+mod posted;
+pub mod process;
+mod progress;
+
+pub use cell::TransferCell;
+pub use link::{CuttableLink, LinkHold};
+pub use live::{Live, LiveCounts};
+pub use posted::PostedTransfers;
+pub use process::ProcessWatch;
+pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
