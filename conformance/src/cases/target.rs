@@ -123,11 +123,13 @@ fn after_close<F: Fixture>(fx: &F, op: Op) {
 }
 
 /// A WRITE posted after the target closed lands nothing: it is refused or fails.
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn write_after_close<F: Fixture>(fx: &F) {
     after_close(fx, Op::Write);
 }
 
 /// A READ posted after the target closed reads nothing of its memory.
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn read_after_close<F: Fixture>(fx: &F) {
     after_close(fx, Op::Read);
 }
@@ -135,6 +137,7 @@ pub(crate) fn read_after_close<F: Fixture>(fx: &F) {
 /// The target closes while large WRITEs (and READs) to it run: from the moment close
 /// returns, nothing lands in its memory (nor is read from it); every transfer surfaces within
 /// the initiator's stall bound, done (finished before) or failed as a remote disconnect.
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn close_during_long_transfers<F: Fixture>(fx: &F) {
     for op in [Op::Write, Op::Read] {
         let needs_read = op == Op::Read;
@@ -186,6 +189,7 @@ pub(crate) fn close_during_long_transfers<F: Fixture>(fx: &F) {
 /// backend that can neither revoke nor detect a disconnect, UCX over shared memory it
 /// allocated, may report a transfer after the drop done: it landed in memory the gone peer
 /// no longer maps.)
+/// Rules: R-CLOSE-REVOKE, R-FAIL-BOUNDED, R-POST-NO-WAIT.
 pub(crate) fn dropped_before_and_during_transfers<F: Fixture>(fx: &F) {
     let (read, undetected) = {
         let caps = open(fx, &Spec::new(1, 64)).transport.capabilities();
