@@ -18,6 +18,7 @@ const FINISH_GRACE: Duration = Duration::from_millis(250);
 
 /// A state check that fails is a terminal failure with its reason, not a transfer stuck
 /// running, and it faults the peer: later posts are refused until it is added again.
+///
 /// Rules: R-FAIL-BOUNDED, R-PEER-FAULT.
 pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
@@ -50,6 +51,7 @@ pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
 
 /// A remote disconnect fails the peer's running transfers within a bounded time, with its own
 /// reason, and later posts fail at submit.
+///
 /// Rules: R-FAIL-BOUNDED, R-PEER-FAULT.
 pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
@@ -90,10 +92,11 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
 }
 
 /// The stall watchdog: transfers to a peer that complete nothing for the stall timeout (held
-/// running here) make the transport ask the backend to cut the peer; they then fail as a
-/// remote disconnect, at the first poll after the timeout has passed, and later posts fail.
-/// With no timeout, nothing is cut. The watchdog reads a [`ManualClock`] the case advances:
-/// no real time needs to pass.
+/// running here) make the transport ask the backend, once, to cut the peer: not a millisecond
+/// before the timeout, and at the first poll once it has passed. They then fail as a remote
+/// disconnect, and later posts fail. With no timeout, nothing is cut. The watchdog reads a
+/// [`ManualClock`] the case advances: no real time needs to pass.
+///
 /// Rules: R-STALL, R-PEER-FAULT.
 pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     let limit = Duration::from_millis(300);
@@ -176,6 +179,7 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
 /// transfers finished while the caller only cancel-waited on others is not cut (it was, and
 /// a healthy peer lost its connection in the dead-peer test under load). The watchdog reads
 /// a [`ManualClock`], advanced far past the timeout once the write had real time to finish.
+///
 /// Rules: R-STALL.
 pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
     let limit = Duration::from_millis(300);
@@ -214,6 +218,7 @@ pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer
 /// is reported within a bounded time, done (finished first) or failed as a remote disconnect;
 /// nothing hangs.
+///
 /// Rules: R-FAIL-BOUNDED.
 pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
     let n = 16u32;
@@ -263,6 +268,7 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
 }
 
 /// A post the backend refuses is an error with context and leaves nothing tracked.
+///
 /// Rules: R-POST-CHECK, R-ID-UNIQUE.
 pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);

@@ -32,6 +32,7 @@ fn expect_rejected<T: Transport>(a: &T, desc: &PeerDescriptor, ok: impl Fn(&Erro
 }
 
 /// Blocks of another length.
+///
 /// Rules: R-ADD-CHECK.
 pub(crate) fn block_len_mismatch<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
@@ -50,6 +51,7 @@ pub(crate) fn block_len_mismatch<F: Fixture>(fx: &F) {
 }
 
 /// Two different non-empty fingerprints, in both directions.
+///
 /// Rules: R-ADD-CHECK.
 pub(crate) fn different_fingerprints<F: Fixture>(fx: &F) {
     let a = open(
@@ -69,6 +71,7 @@ pub(crate) fn different_fingerprints<F: Fixture>(fx: &F) {
 }
 
 /// An empty fingerprint on either side is compatible; equal fingerprints are too.
+///
 /// Rules: R-ADD-CHECK.
 pub(crate) fn empty_fingerprint_either_side<F: Fixture>(fx: &F) {
     let fields = json!({"model": "m", "dtype": "bf16"});
@@ -90,6 +93,7 @@ pub(crate) fn empty_fingerprint_either_side<F: Fixture>(fx: &F) {
 }
 
 /// A descriptor of another backend.
+///
 /// Rules: R-ADD-CHECK.
 pub(crate) fn other_backend_descriptor<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
@@ -100,6 +104,7 @@ pub(crate) fn other_backend_descriptor<F: Fixture>(fx: &F) {
 }
 
 /// Truncated, garbage, overflowing and empty-region descriptors, as bytes and as structs.
+///
 /// Rules: R-DESC, R-ADD-CHECK.
 pub(crate) fn malformed_descriptor_bytes<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
@@ -136,6 +141,7 @@ pub(crate) fn malformed_descriptor_bytes<F: Fixture>(fx: &F) {
 }
 
 /// Backend address bytes that do not parse: a connect error, nothing published.
+///
 /// Rules: R-ADD-CHECK.
 pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
@@ -154,6 +160,7 @@ pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
 /// a block more or fewer, or the same bytes split into other blocks) is refused at connect
 /// with a malformed-address error, on every backend: it would aim transfers at memory the
 /// peer never registered.
+///
 /// Rules: R-ADD-REGISTERED.
 pub(crate) fn descriptor_disagreeing_with_registration<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(8, 2048)).transport;
