@@ -3,9 +3,10 @@
 //! and [`Faulty`].
 
 use std::marker::PhantomData;
+use std::sync::Arc;
 use std::time::Duration;
 
-use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+use blockwire::{BlockTransport, Clock, Region, Transport, TransportOptions};
 use blockwire_core::{Backend, BackendOptions, OpenBackend, RegionSpan, Result};
 
 use crate::fault::{FaultPlan, FaultyBackend};
@@ -30,6 +31,8 @@ pub struct Spec {
     pub stall_timeout: Option<Duration>,
     /// `TransportOptions::max_consecutive_failures`.
     pub max_consecutive_failures: u32,
+    /// The stall watchdog's clock (`TransportOptions::clock`); `None`: the system clock.
+    pub clock: Option<Arc<dyn Clock>>,
 }
 
 impl Spec {
@@ -46,6 +49,7 @@ impl Spec {
             close_timeout: Duration::from_secs(5),
             stall_timeout: Some(blockwire::DEFAULT_STALL_TIMEOUT),
             max_consecutive_failures: blockwire::DEFAULT_MAX_CONSECUTIVE_FAILURES,
+            clock: None,
         }
     }
 
@@ -93,6 +97,21 @@ impl Spec {
         self
     }
 
+    /// With the stall watchdog reading `clock` (a [`blockwire::ManualClock`] lets a case
+    /// advance it instead of sleeping).
+    ///
+    /// ```
+    /// use blockwire::{Clock, ManualClock};
+    /// let clock = ManualClock::new();
+    /// let s = blockwire_conformance::Spec::new(2, 8).with_clock(clock.clone());
+    /// clock.advance(std::time::Duration::from_secs(1));
+    /// assert_eq!(s.clock.map(|c| c.now()), Some(clock.now()));
+    /// ```
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Arc::new(clock));
+        self
+    }
+
     /// The transport options of this spec, with `backend` as the backend options.
     ///
     /// ```
@@ -103,12 +122,16 @@ impl Spec {
     /// assert_eq!(o.backend.to_list(), "tls=tcp");
     /// ```
     pub fn options(&self, backend: BackendOptions) -> TransportOptions {
-        TransportOptions::default()
+        let options = TransportOptions::default()
             .with_config_fields(self.config_fields.clone())
             .with_close_timeout(self.close_timeout)
             .with_stall_timeout(self.stall_timeout)
             .with_max_consecutive_failures(self.max_consecutive_failures)
-            .with_backend_options(backend)
+            .with_backend_options(backend);
+        match &self.clock {
+            Some(clock) => options.with_clock(Arc::clone(clock)),
+            None => options,
+        }
     }
 }
 

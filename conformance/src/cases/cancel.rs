@@ -12,6 +12,8 @@ use crate::support::{
 };
 
 /// Immediate returns `[]`; the cancelled ids never appear; unknown ids are ignored.
+///
+/// Rules: R-CANCEL-IMMEDIATE, R-ID-ONCE.
 pub(crate) fn immediate_forgets_ids<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 64 * 1024);
     let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
@@ -33,6 +35,8 @@ pub(crate) fn immediate_forgets_ids<F: Fixture>(fx: &F) {
 /// A running transfer stays tracked: wait returns its id (again and again), and it surfaces
 /// through poll once it stops. A finished id in the same call is released; unknown ids are
 /// ignored.
+///
+/// Rules: R-CANCEL-WAIT.
 pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let p = pair(fx, &spec);
@@ -59,6 +63,8 @@ pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
 }
 
 /// A transfer that has stopped is released by a wait cancel and never reported.
+///
+/// Rules: R-CANCEL-WAIT, R-ID-ONCE.
 pub(crate) fn wait_releases_finished_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
@@ -81,6 +87,8 @@ pub(crate) fn wait_releases_finished_transfer<F: Fixture>(fx: &F) {
 
 /// The late-bytes invariant on the real data path: once a wait cancel no longer returns an id
 /// (or poll reported it), a sentinel written into its target blocks is never overwritten.
+///
+/// Rules: R-CANCEL-WAIT.
 pub(crate) fn wait_no_late_bytes<F: Fixture>(fx: &F) {
     let n = 32u32;
     let len = 1 << 20;
@@ -119,6 +127,8 @@ pub(crate) fn wait_no_late_bytes<F: Fixture>(fx: &F) {
 
 /// While the backend refuses to release, a wait cancel keeps returning the id and poll does
 /// not report it; once release works, the cancel takes it and nothing is reported.
+///
+/// Rules: R-CANCEL-WAIT.
 pub(crate) fn wait_while_release_busy<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -141,6 +151,8 @@ pub(crate) fn wait_while_release_busy<F: Fixture>(fx: &F) {
 
 /// An immediate cancel of a transfer that cannot stop forgets its id at once but keeps its
 /// handle until the backend can release it; the bytes it was moving still land whole.
+///
+/// Rules: R-CANCEL-IMMEDIATE.
 pub(crate) fn immediate_defers_release_of_running<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let o = open(fx, &spec);

@@ -10,6 +10,8 @@ use crate::fixture::Spec;
 use crate::support::{Pair, TIMEOUT, connect, faults, open, pair};
 
 /// Close twice: both `Ok`.
+///
+/// Rules: R-CLOSE.
 pub(crate) fn idempotent<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(2, 4096)).transport;
     assert_eq!(a.close(), Ok(()));
@@ -19,6 +21,8 @@ pub(crate) fn idempotent<F: Fixture>(fx: &F) {
 
 /// Close with large transfers in flight returns within its bound and leaves no handle and no
 /// peer behind.
+///
+/// Rules: R-CLOSE.
 pub(crate) fn with_transfers_in_flight<F: Fixture>(fx: &F) {
     let n = 32u32;
     let spec = Spec::new(n, 1 << 20);
@@ -35,6 +39,8 @@ pub(crate) fn with_transfers_in_flight<F: Fixture>(fx: &F) {
 }
 
 /// Close waits for a transfer that cannot be stopped, then frees it.
+///
+/// Rules: R-CLOSE.
 pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -65,6 +71,8 @@ pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
 
 /// At the deadline close stops waiting: it returns and logs, and a reaper keeps the running
 /// transfer (and the memory under it) until it stops, then releases it.
+///
+/// Rules: R-CLOSE-REAPER.
 pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_millis(200));
     let o = open(fx, &spec);
@@ -97,6 +105,8 @@ pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
 
 /// Close resolves every registration: queued ones at once (`Closed`), the one in connect when
 /// it returns (`Closed`); none is published.
+///
+/// Rules: R-CLOSE, R-ADD-ASYNC.
 pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_millis(200));
     let o = open(fx, &spec);
@@ -120,6 +130,8 @@ pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
 }
 
 /// Dropping a transport closes it: its peers and transfers are released.
+///
+/// Rules: R-CLOSE.
 pub(crate) fn drop_closes<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 64 * 1024);
     let o = open(fx, &spec);

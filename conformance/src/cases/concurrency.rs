@@ -12,6 +12,8 @@ use crate::support::{Outcomes, connect, open, record, wait_for};
 
 /// Threads each serving their own peer write and poll at once while another thread adds and
 /// removes a peer over and over: every id is accounted exactly once, by its own peer's poll.
+///
+/// Rules: R-POLL-PEER, R-ID-ONCE.
 pub(crate) fn threads_per_peer_with_churn<F: Fixture>(fx: &F) {
     const SESSIONS: usize = 4;
     const ROUNDS: u32 = 150;

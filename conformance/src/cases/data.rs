@@ -9,6 +9,8 @@ use crate::fixture::Spec;
 use crate::support::{Pair, check_blocks, fill_all, pair, pattern, wait_done};
 
 /// Blocks written land exactly at their remote indices; every other block on both sides stays.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn write_lands_at_remote_index<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);
@@ -27,6 +29,8 @@ pub(crate) fn write_lands_at_remote_index<F: Fixture>(fx: &F) {
 }
 
 /// Blocks read land exactly at their local indices; every other block on both sides stays.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn read_lands_at_local_index<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);
@@ -45,6 +49,8 @@ pub(crate) fn read_lands_at_local_index<F: Fixture>(fx: &F) {
 }
 
 /// One local block may be the source of several remote blocks in one write.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn one_local_block_to_many_remote<F: Fixture>(fx: &F) {
     let spec = Spec::new(16, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);
@@ -61,6 +67,8 @@ pub(crate) fn one_local_block_to_many_remote<F: Fixture>(fx: &F) {
 }
 
 /// A batch of a thousand small blocks, permuted, arrives whole.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn many_small_blocks_in_one_batch<F: Fixture>(fx: &F) {
     let n = 1024u32;
     let spec = Spec::new(n, 1024);
@@ -78,6 +86,8 @@ pub(crate) fn many_small_blocks_in_one_batch<F: Fixture>(fx: &F) {
 }
 
 /// Blocks of an odd size larger than a backend's chunk arrive whole.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn large_blocks_span_chunks<F: Fixture>(fx: &F) {
     let len = 1_000_003;
     let spec = Spec::new(6, len);
@@ -98,6 +108,8 @@ pub(crate) fn large_blocks_span_chunks<F: Fixture>(fx: &F) {
 }
 
 /// A large READ batch arrives whole.
+///
+/// Rules: R-POST-DATA.
 pub(crate) fn read_large_batch<F: Fixture>(fx: &F) {
     let n = 64u32;
     let spec = Spec::new(n, 64 * 1024);
@@ -114,6 +126,8 @@ pub(crate) fn read_large_batch<F: Fixture>(fx: &F) {
 /// One WRITE and one READ of 4,000 blocks land every block, and neither post holds the caller
 /// (a provider that refuses part of it for now, as `FI_EAGAIN`, gets the rest posted off the
 /// caller's thread).
+///
+/// Rules: R-POST-DATA, R-POST-NO-WAIT.
 pub(crate) fn four_thousand_blocks_in_one_post<F: Fixture>(fx: &F) {
     let n = 4000u32;
     let spec = Spec::new(n, 4096);

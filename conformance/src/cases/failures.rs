@@ -2,14 +2,24 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{BackendErrorKind, CancelMode, Error, FailureReason, PeerFault, Transport};
+use blockwire::{
+    BackendErrorKind, CancelMode, Error, FailureReason, ManualClock, PeerFault, Transport,
+};
 
 use crate::Fixture;
 use crate::fixture::Spec;
-use crate::support::{Pair, connect, pair, poll_for, wait_done, wait_for};
+use crate::support::{
+    Outcomes, Pair, connect, eventually, pair, poll_for, record, wait_done, wait_for,
+};
+
+/// Real time a backend gets, once a write's bytes landed, to see it complete (the stall
+/// cases advance a manual clock; this is the one real wait left in them).
+const FINISH_GRACE: Duration = Duration::from_millis(250);
 
 /// A state check that fails is a terminal failure with its reason, not a transfer stuck
 /// running, and it faults the peer: later posts are refused until it is added again.
+///
+/// Rules: R-FAIL-BOUNDED, R-PEER-FAULT.
 pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -41,6 +51,8 @@ pub(crate) fn failing_state_check_is_terminal<F: Fixture>(fx: &F) {
 
 /// A remote disconnect fails the peer's running transfers within a bounded time, with its own
 /// reason, and later posts fail at submit.
+///
+/// Rules: R-FAIL-BOUNDED, R-PEER-FAULT.
 pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -80,30 +92,46 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
 }
 
 /// The stall watchdog: transfers to a peer that complete nothing for the stall timeout (held
-/// running here) make the transport ask the backend to cut the peer; they then fail as a
-/// remote disconnect, within the timeout plus a poll, and later posts fail. With no timeout,
-/// nothing is cut.
+/// running here) make the transport ask the backend, once, to cut the peer: not a millisecond
+/// before the timeout, and at the first poll once it has passed. They then fail as a remote
+/// disconnect, and later posts fail. With no timeout, nothing is cut. The watchdog reads a
+/// [`ManualClock`] the case advances: no real time needs to pass.
+///
+/// Rules: R-STALL, R-PEER-FAULT.
 pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     let limit = Duration::from_millis(300);
-    let spec = Spec::new(4, 4096).with_stall_timeout(Some(limit));
+    let clock = ManualClock::new();
+    let spec = Spec::new(4, 4096)
+        .with_stall_timeout(Some(limit))
+        .with_clock(clock.clone());
     let p = pair(fx, &spec);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
     plan.hold_transfers();
     // The stall clock starts at the first post.
-    let started = Instant::now();
     let ids = [
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
-    let seen = wait_for(a, Some(&peer), &ids);
-    let took = started.elapsed();
-    assert!(took >= limit && took < limit * 10, "took {took:?}");
+    // Just short of the timeout: polled (and cancel-waited on nothing) a while, nothing is cut.
+    clock.advance(limit - Duration::from_millis(1));
+    assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
+    let early = poll_for(a, Some(&peer), Duration::from_millis(20));
+    assert!(early.is_empty(), "reported before the timeout: {early:?}");
+    assert_eq!(plan.peers_failed(), 0, "cut before the timeout");
+    // At the timeout: the next poll cuts, once.
+    clock.advance(Duration::from_millis(1));
+    let mut seen = Outcomes::new();
+    record(&mut seen, a.poll(Some(&peer)).expect("poll"));
     assert_eq!(
         plan.peers_failed(),
         1,
-        "the backend was asked to cut the peer once"
+        "the backend was asked to cut the peer once, by the first poll after the timeout"
     );
+    for (id, outcome) in wait_for(a, Some(&peer), &ids) {
+        assert!(seen.insert(id, outcome).is_none(), "id {id} reported twice");
+    }
+    assert_eq!(plan.peers_failed(), 1, "the backend was asked once");
     for id in ids {
         assert!(
             matches!(&seen[&id], Err(FailureReason::RemoteDisconnect(why)) if why.contains("no transfer")),
@@ -128,14 +156,19 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     plan.release_transfers();
     assert_eq!(a.backend_stats().live_transfers, 0);
 
-    // No stall timeout: held transfers stay running, nothing is cut.
-    let spec = Spec::new(4, 4096).with_stall_timeout(None);
+    // No stall timeout: held transfers stay running however long, nothing is cut.
+    let clock = ManualClock::new();
+    let spec = Spec::new(4, 4096)
+        .with_stall_timeout(None)
+        .with_clock(clock.clone());
     let p = pair(fx, &spec);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
     plan.hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
-    let seen = poll_for(a, Some(&peer), limit * 2);
+    clock.advance(limit * 1000);
+    assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
+    let seen = poll_for(a, Some(&peer), Duration::from_millis(20));
     assert!(seen.is_empty(), "reported while held: {seen:?}");
     assert_eq!(plan.peers_failed(), 0);
     plan.release_transfers();
@@ -144,17 +177,29 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
 
 /// The stall watchdog counts what the backend finished, polled or not: a peer whose
 /// transfers finished while the caller only cancel-waited on others is not cut (it was, and
-/// a healthy peer lost its connection in the dead-peer test under load).
+/// a healthy peer lost its connection in the dead-peer test under load). The watchdog reads
+/// a [`ManualClock`], advanced far past the timeout once the write had real time to finish.
+///
+/// Rules: R-STALL.
 pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
     let limit = Duration::from_millis(300);
-    let spec = Spec::new(4, 4096).with_stall_timeout(Some(limit));
+    let clock = ManualClock::new();
+    let spec = Spec::new(4, 4096)
+        .with_stall_timeout(Some(limit))
+        .with_clock(clock.clone());
     let p = pair(fx, &spec);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
+    a.region().fill_block(0, 0x5A).expect("fill");
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
-    // Long past the timeout, and long enough for one 4 KiB write to finish on any backend;
-    // nobody polls meanwhile.
-    std::thread::sleep(limit * 4);
+    // The bytes land, then a grace for the backend to see its completion (a 4 KiB write
+    // finishes within it on any backend); nobody polls meanwhile.
+    eventually("the write landed at the peer", || {
+        p.b.region().block(0).is_ok_and(|b| b == vec![0x5A; 4096])
+    });
+    std::thread::sleep(FINISH_GRACE);
+    // Long past the timeout for the watchdog.
+    clock.advance(limit * 4);
     // A cancel-wait that names no transfer of this peer runs the watchdog over every peer.
     assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
     assert_eq!(
@@ -173,6 +218,8 @@ pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer
 /// is reported within a bounded time, done (finished first) or failed as a remote disconnect;
 /// nothing hangs.
+///
+/// Rules: R-FAIL-BOUNDED.
 pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
     let n = 16u32;
     let spec = Spec::new(n, 1 << 20);
@@ -221,6 +268,8 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
 }
 
 /// A post the backend refuses is an error with context and leaves nothing tracked.
+///
+/// Rules: R-POST-CHECK, R-ID-UNIQUE.
 pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);

@@ -10,6 +10,8 @@ use crate::fixture::Spec;
 use crate::support::{Outcomes, Pair, TwoPeers, pair, poll_for, record, two_peers, wait_for};
 
 /// Ids are unique and increase across writes to different peers.
+///
+/// Rules: R-ID-UNIQUE.
 pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let peers = two_peers(fx, &spec);
@@ -31,6 +33,8 @@ pub(crate) fn unique_and_increasing_across_peers<F: Fixture>(fx: &F) {
 }
 
 /// Every id is reported once, whether done, failed or taken by a cancel, and never again.
+///
+/// Rules: R-ID-ONCE.
 pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
     let spec = Spec::new(32, 256 * 1024);
     let Pair { a, b: _b, peer, .. } = pair(fx, &spec);
@@ -67,6 +71,8 @@ pub(crate) fn each_reported_exactly_once<F: Fixture>(fx: &F) {
 
 /// `in_flight` counts transfers posted and not yet reported (or taken by a cancel), per peer
 /// and in all; a poll that reports them, and a cancel that takes them, uncount them.
+///
+/// Rules: R-IN-FLIGHT.
 pub(crate) fn in_flight_counts<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let peers = two_peers(fx, &spec);

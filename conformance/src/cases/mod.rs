@@ -123,3 +123,115 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(concurrency::threads_per_peer_with_churn, PLAIN),
     ]
 }
+
+/// The contract table (the rustdoc of `blockwire::Transport`) and the cases' citations of it
+/// agree: every id a case cites is a rule, every rule is cited, every case cites one.
+#[cfg(test)]
+mod rules {
+    use std::collections::{BTreeMap, BTreeSet};
+    use std::path::Path;
+
+    /// The source of the table.
+    const CONTRACT: &str = include_str!("../../../crates/blockwire/src/transport.rs");
+    /// The list of cases.
+    const CASES: &str = include_str!("mod.rs");
+
+    /// The ids of the table's rows (`/// | \`R-...\` | call | rule |`), in order.
+    fn defined() -> Vec<String> {
+        CONTRACT
+            .lines()
+            .filter_map(|l| l.trim_start().strip_prefix("/// | `"))
+            .filter_map(|row| row.split_once('`'))
+            .map(|(id, _)| id.to_string())
+            .filter(|id| id.starts_with("R-"))
+            .collect()
+    }
+
+    /// The rules each case function (`group::name`) cites on its `/// Rules: ...` line.
+    fn cited() -> BTreeMap<String, Vec<String>> {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/cases");
+        let mut out = BTreeMap::new();
+        for entry in std::fs::read_dir(&dir).expect("the cases' folder") {
+            let path = entry.expect("a folder entry").path();
+            let Some(group) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            if group == "mod" || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("a case file");
+            let mut rules: Vec<String> = Vec::new();
+            for line in text.lines() {
+                if let Some(list) = line.strip_prefix("/// Rules:") {
+                    rules.extend(
+                        list.trim()
+                            .trim_end_matches('.')
+                            .split(',')
+                            .map(|id| id.trim().to_string()),
+                    );
+                } else if let Some(rest) = line.strip_prefix("pub(crate) fn ") {
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| c.is_alphanumeric() || *c == '_')
+                        .collect();
+                    out.insert(format!("{group}::{name}"), std::mem::take(&mut rules));
+                } else if !line.starts_with("///") {
+                    rules.clear();
+                }
+            }
+        }
+        out
+    }
+
+    /// The cases the suite runs (`case!(group::name, ...)` above).
+    fn registered() -> Vec<String> {
+        CASES
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("case!("))
+            .filter_map(|l| l.split_once(','))
+            .map(|(name, _)| name.trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn the_table_has_rules_each_once() {
+        let ids = defined();
+        assert!(ids.len() >= 20, "the table parsed to {ids:?}");
+        let unique: BTreeSet<&String> = ids.iter().collect();
+        assert_eq!(unique.len(), ids.len(), "an id twice in {ids:?}");
+    }
+
+    #[test]
+    fn every_cited_id_is_a_rule_and_every_rule_is_cited() {
+        let ids: BTreeSet<String> = defined().into_iter().collect();
+        let cited = cited();
+        let mut used = BTreeSet::new();
+        for (case, rules) in &cited {
+            for rule in rules {
+                assert!(
+                    ids.contains(rule),
+                    "{case} cites {rule}, which the table of `Transport` does not have"
+                );
+                used.insert(rule.clone());
+            }
+        }
+        let uncited: Vec<&String> = ids.difference(&used).collect();
+        assert!(uncited.is_empty(), "no case cites {uncited:?}");
+    }
+
+    #[test]
+    fn every_case_cites_a_rule() {
+        let cited = cited();
+        let cases = registered();
+        assert!(cases.len() >= 60, "the list parsed to {cases:?}");
+        for case in cases {
+            let rules = cited
+                .get(&case)
+                .unwrap_or_else(|| panic!("{case} is run but not found in its group's file"));
+            assert!(
+                !rules.is_empty(),
+                "{case} cites no rule (`/// Rules: R-...`)"
+            );
+        }
+    }
+}

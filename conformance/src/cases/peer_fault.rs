@@ -15,6 +15,8 @@ fn fault<T: Transport>(a: &T, peer: &PeerId) -> Option<PeerFault> {
 /// A remote disconnect faults the peer at once: every scoped poll says so (an unscoped one
 /// does not), posts are refused with it, another peer is unaffected, and a remove forgets it
 /// (the peer added again is healthy).
+///
+/// Rules: R-PEER-FAULT.
 pub(crate) fn reported_until_removed<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -67,6 +69,8 @@ pub(crate) fn reported_until_removed<F: Fixture>(fx: &F) {
 
 /// `max_consecutive_failures` failures in a row fault the peer (here refused posts, the
 /// default 3); a success between resets the count; `0` never faults for failures alone.
+///
+/// Rules: R-PEER-FAULT.
 pub(crate) fn consecutive_failures<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);

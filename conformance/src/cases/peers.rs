@@ -32,6 +32,8 @@ fn expect_rejected<T: Transport>(a: &T, desc: &PeerDescriptor, ok: impl Fn(&Erro
 }
 
 /// Blocks of another length.
+///
+/// Rules: R-ADD-CHECK.
 pub(crate) fn block_len_mismatch<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
     let b = open(fx, &Spec::new(4, 8192)).transport;
@@ -49,6 +51,8 @@ pub(crate) fn block_len_mismatch<F: Fixture>(fx: &F) {
 }
 
 /// Two different non-empty fingerprints, in both directions.
+///
+/// Rules: R-ADD-CHECK.
 pub(crate) fn different_fingerprints<F: Fixture>(fx: &F) {
     let a = open(
         fx,
@@ -67,6 +71,8 @@ pub(crate) fn different_fingerprints<F: Fixture>(fx: &F) {
 }
 
 /// An empty fingerprint on either side is compatible; equal fingerprints are too.
+///
+/// Rules: R-ADD-CHECK.
 pub(crate) fn empty_fingerprint_either_side<F: Fixture>(fx: &F) {
     let fields = json!({"model": "m", "dtype": "bf16"});
     let a = open(fx, &Spec::new(4, 4096).with_fields(fields.clone())).transport;
@@ -87,6 +93,8 @@ pub(crate) fn empty_fingerprint_either_side<F: Fixture>(fx: &F) {
 }
 
 /// A descriptor of another backend.
+///
+/// Rules: R-ADD-CHECK.
 pub(crate) fn other_backend_descriptor<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
     let mut desc = a.descriptor().expect("descriptor");
@@ -96,6 +104,8 @@ pub(crate) fn other_backend_descriptor<F: Fixture>(fx: &F) {
 }
 
 /// Truncated, garbage, overflowing and empty-region descriptors, as bytes and as structs.
+///
+/// Rules: R-DESC, R-ADD-CHECK.
 pub(crate) fn malformed_descriptor_bytes<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
     let good = a.descriptor().expect("descriptor");
@@ -131,6 +141,8 @@ pub(crate) fn malformed_descriptor_bytes<F: Fixture>(fx: &F) {
 }
 
 /// Backend address bytes that do not parse: a connect error, nothing published.
+///
+/// Rules: R-ADD-CHECK.
 pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
     let mut desc = a.descriptor().expect("descriptor");
@@ -148,6 +160,8 @@ pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
 /// a block more or fewer, or the same bytes split into other blocks) is refused at connect
 /// with a malformed-address error, on every backend: it would aim transfers at memory the
 /// peer never registered.
+///
+/// Rules: R-ADD-REGISTERED.
 pub(crate) fn descriptor_disagreeing_with_registration<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(8, 2048)).transport;
     let b = open(fx, &Spec::new(4, 4096)).transport;

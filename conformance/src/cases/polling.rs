@@ -10,6 +10,8 @@ use crate::fixture::Spec;
 use crate::support::{connect, open, poll_for, wait_for};
 
 /// `poll(Some(a))` returns only a's transfers, however often it is called; b's wait for b.
+///
+/// Rules: R-POLL-PEER.
 pub(crate) fn scoped_to_peer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let t = open(fx, &spec).transport;
@@ -32,6 +34,8 @@ pub(crate) fn scoped_to_peer<F: Fixture>(fx: &F) {
 }
 
 /// `poll(None)` drains every peer's transfers; afterwards each peer's poll is empty.
+///
+/// Rules: R-POLL-ALL.
 pub(crate) fn none_drains_every_peer<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let t = open(fx, &spec).transport;
@@ -51,6 +55,8 @@ pub(crate) fn none_drains_every_peer<F: Fixture>(fx: &F) {
 
 /// Polling a peer that has nothing (never added) is empty, not an error: a removed peer's
 /// transfers are still polled by its id.
+///
+/// Rules: R-POLL-PEER.
 pub(crate) fn unknown_peer_is_empty<F: Fixture>(fx: &F) {
     let t = open(fx, &Spec::new(2, 4096)).transport;
     let r = t.poll(Some(&PeerId::from("nobody"))).expect("poll");

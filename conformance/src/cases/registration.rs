@@ -38,6 +38,8 @@ fn held_registration<F: Fixture>(fx: &F) -> Held<F::Transport> {
 
 /// Remove while the registration is still connecting: the handle resolves `Superseded`, the
 /// peer stays unknown and the backend holds no connection.
+///
+/// Rules: R-ADD-SUPERSEDED, R-REMOVE.
 pub(crate) fn remove_supersedes_in_flight<F: Fixture>(fx: &F) {
     let Held {
         a: opened,
@@ -63,6 +65,8 @@ pub(crate) fn remove_supersedes_in_flight<F: Fixture>(fx: &F) {
 
 /// Two registrations of one id: the first is superseded, the second is in effect and its
 /// descriptor is the one used.
+///
+/// Rules: R-ADD-SUPERSEDED, R-ADD-PUBLISH.
 pub(crate) fn second_supersedes_first<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let o = open(fx, &spec);
@@ -90,6 +94,8 @@ pub(crate) fn second_supersedes_first<F: Fixture>(fx: &F) {
 }
 
 /// Remove returns at once while a registration of the peer is held in connect.
+///
+/// Rules: R-REMOVE.
 pub(crate) fn remove_does_not_wait<F: Fixture>(fx: &F) {
     let Held {
         a: opened,
@@ -117,6 +123,8 @@ pub(crate) fn remove_does_not_wait<F: Fixture>(fx: &F) {
 }
 
 /// The handle is a `Future` any executor can drive, and has a blocking `wait`.
+///
+/// Rules: R-ADD-ASYNC.
 pub(crate) fn handle_is_a_future<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let a = open(fx, &spec).transport;
@@ -130,6 +138,8 @@ pub(crate) fn handle_is_a_future<F: Fixture>(fx: &F) {
 }
 
 /// A task waiting on a pending handle is woken when the registration finishes.
+///
+/// Rules: R-ADD-ASYNC.
 pub(crate) fn handle_wakes_its_task<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let o = open(fx, &spec);
@@ -150,6 +160,8 @@ pub(crate) fn handle_wakes_its_task<F: Fixture>(fx: &F) {
 }
 
 /// A descriptor that fails validation gives a handle that is already resolved.
+///
+/// Rules: R-ADD-ASYNC.
 pub(crate) fn invalid_descriptor_resolves_at_once<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(4, 4096)).transport;
     let b = open(fx, &Spec::new(4, 512)).transport;
@@ -159,6 +171,8 @@ pub(crate) fn invalid_descriptor_resolves_at_once<F: Fixture>(fx: &F) {
 }
 
 /// Adding a published id again replaces its registration: later writes go to the new peer.
+///
+/// Rules: R-ADD-PUBLISH.
 pub(crate) fn add_replaces_published_peer<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let a = open(fx, &spec).transport;

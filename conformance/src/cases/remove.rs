@@ -10,6 +10,8 @@ use crate::support::{Pair, connect, fill_all, open, pair, pattern, poll_for, wai
 
 /// Transfers running at remove surface as failed (peer removed) once they stop; the backend
 /// keeps the peer connected until then.
+///
+/// Rules: R-REMOVE-RUNNING.
 pub(crate) fn transfers_in_flight_fail_as_removed<F: Fixture>(fx: &F) {
     let spec = Spec::new(8, 4096);
     let p = pair(fx, &spec);
@@ -37,6 +39,8 @@ pub(crate) fn transfers_in_flight_fail_as_removed<F: Fixture>(fx: &F) {
 }
 
 /// Removing a peer that is neither published nor being registered is an error.
+///
+/// Rules: R-REMOVE.
 pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
     let a = open(fx, &Spec::new(2, 4096)).transport;
     assert_eq!(
@@ -46,6 +50,8 @@ pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
 }
 
 /// A removed peer can be added again and used.
+///
+/// Rules: R-REMOVE, R-ADD-PUBLISH.
 pub(crate) fn then_add_again<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);
@@ -58,6 +64,8 @@ pub(crate) fn then_add_again<F: Fixture>(fx: &F) {
 
 /// A transfer that completed before its peer was removed, not yet polled, is reported done
 /// after the remove: only transfers still running become `PeerRemoved`.
+///
+/// Rules: R-REMOVE-RUNNING.
 pub(crate) fn completed_before_remove_is_done<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);

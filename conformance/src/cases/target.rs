@@ -15,7 +15,9 @@ use crate::fixture::Spec;
 use crate::support::{Outcomes, check_blocks, connect, fill_all, open, pattern, settle, wait_for};
 
 /// The initiator's stall timeout in these cases: transfers to a closed target that the
-/// library never ends are cut after it.
+/// library never ends are cut after it. Real time, not a `ManualClock`: these cases check
+/// that no byte lands after close, which takes the real time a late byte would need, and what
+/// ends each transfer (the backend noticing, or the watchdog) is the backend's own timing.
 const STALL: Duration = Duration::from_secs(2);
 /// How long the initiator's transfers may take to surface: the stall timeout, plus margin.
 const BOUND: Duration = Duration::from_secs(10);
@@ -123,11 +125,15 @@ fn after_close<F: Fixture>(fx: &F, op: Op) {
 }
 
 /// A WRITE posted after the target closed lands nothing: it is refused or fails.
+///
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn write_after_close<F: Fixture>(fx: &F) {
     after_close(fx, Op::Write);
 }
 
 /// A READ posted after the target closed reads nothing of its memory.
+///
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn read_after_close<F: Fixture>(fx: &F) {
     after_close(fx, Op::Read);
 }
@@ -135,6 +141,8 @@ pub(crate) fn read_after_close<F: Fixture>(fx: &F) {
 /// The target closes while large WRITEs (and READs) to it run: from the moment close
 /// returns, nothing lands in its memory (nor is read from it); every transfer surfaces within
 /// the initiator's stall bound, done (finished before) or failed as a remote disconnect.
+///
+/// Rules: R-CLOSE-REVOKE, R-POST-NO-WAIT.
 pub(crate) fn close_during_long_transfers<F: Fixture>(fx: &F) {
     for op in [Op::Write, Op::Read] {
         let needs_read = op == Op::Read;
@@ -186,6 +194,8 @@ pub(crate) fn close_during_long_transfers<F: Fixture>(fx: &F) {
 /// backend that can neither revoke nor detect a disconnect, UCX over shared memory it
 /// allocated, may report a transfer after the drop done: it landed in memory the gone peer
 /// no longer maps.)
+///
+/// Rules: R-CLOSE-REVOKE, R-FAIL-BOUNDED, R-POST-NO-WAIT.
 pub(crate) fn dropped_before_and_during_transfers<F: Fixture>(fx: &F) {
     let (read, undetected) = {
         let caps = open(fx, &Spec::new(1, 64)).transport.capabilities();

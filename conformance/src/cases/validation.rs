@@ -54,6 +54,8 @@ fn submit<T: Transport>(
 }
 
 /// Index lists of different lengths.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn length_mismatch<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -73,6 +75,8 @@ pub(crate) fn length_mismatch<F: Fixture>(fx: &F) {
 }
 
 /// Empty index lists are refused (a transfer of nothing gets no id), for WRITE and READ.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn empty_index_lists<F: Fixture>(fx: &F) {
     for op in [Op::Write, Op::Read] {
         rejected(
@@ -86,6 +90,8 @@ pub(crate) fn empty_index_lists<F: Fixture>(fx: &F) {
 }
 
 /// A local index past the local region.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn local_index_out_of_range<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -102,6 +108,8 @@ pub(crate) fn local_index_out_of_range<F: Fixture>(fx: &F) {
 }
 
 /// A remote index checked against the peer's block count, not the local one.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn remote_index_out_of_range_of_peer<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -126,6 +134,8 @@ pub(crate) fn remote_index_out_of_range_of_peer<F: Fixture>(fx: &F) {
 }
 
 /// The same remote block twice in one write.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn remote_block_twice_in_write<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -142,6 +152,8 @@ pub(crate) fn remote_block_twice_in_write<F: Fixture>(fx: &F) {
 }
 
 /// The same local block twice in one read.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn local_block_twice_in_read<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -158,6 +170,8 @@ pub(crate) fn local_block_twice_in_read<F: Fixture>(fx: &F) {
 }
 
 /// A peer never added, and one removed.
+///
+/// Rules: R-POST-CHECK.
 pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
     rejected(
         fx,
@@ -179,6 +193,8 @@ pub(crate) fn unknown_peer<F: Fixture>(fx: &F) {
 }
 
 /// After close every call is `Err(Closed)`, and close itself stays `Ok`.
+///
+/// Rules: R-CLOSE.
 pub(crate) fn every_call_after_close<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let a = open(fx, &spec).transport;

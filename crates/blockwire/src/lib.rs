@@ -9,6 +9,7 @@
 //!   [`Backend`].
 //! - [`AnyTransport`] and [`open`]: a transport chosen by backend name at run time.
 //! - [`Region`]: the local block memory, owned or borrowed from a KV cache.
+//! - [`Clock`]: the time the stall watchdog reads ([`ManualClock`] for tests).
 //!
 //! ```
 //! use blockwire::{open, CancelMode, Region, Transport, TransportOptions};
@@ -37,6 +38,7 @@
 #[cfg(any_backend)]
 mod any;
 mod block_transport;
+mod clock;
 mod options;
 mod region;
 mod registration;
@@ -51,6 +53,7 @@ pub use blockwire_core::{
     PeerFault, PeerId, PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState,
     fingerprint,
 };
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use options::{
     DEFAULT_CLOSE_TIMEOUT, DEFAULT_MAX_CONSECUTIVE_FAILURES, DEFAULT_STALL_TIMEOUT,
     TransportOptions,

@@ -1,8 +1,11 @@
 //! [`TransportOptions`]: settings shared by every backend.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use blockwire_core::BackendOptions;
+
+use crate::clock::{Clock, SystemClock};
 
 /// How long `close` waits for running transfers before it returns and leaves them to a reaper.
 pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -45,8 +48,12 @@ pub struct TransportOptions {
     /// for dead or unreachable: the backend is asked to cut its connection
     /// ([`blockwire_core::Backend::fail_peer`]) and its transfers fail as a remote
     /// disconnect; `None` waits for the library. Checked when the peer's transfers are polled
-    /// or cancelled.
+    /// or cancelled, against [`TransportOptions::clock`].
     pub stall_timeout: Option<Duration>,
+    /// The clock the stall watchdog reads ([`SystemClock`] by default; a test sets a
+    /// [`ManualClock`](crate::ManualClock) to advance it by hand). The close timeout and the
+    /// backends' own timers keep real time.
+    pub clock: Arc<dyn Clock>,
     /// A peer whose transfers fail this many times in a row (reported failed by `poll`, or
     /// refused at submission), with no success between, is judged unusable
     /// ([`blockwire_core::PeerFault::ConsecutiveFailures`]); `0` never faults a peer for
@@ -63,6 +70,7 @@ impl Default for TransportOptions {
             config_fields: None,
             close_timeout: DEFAULT_CLOSE_TIMEOUT,
             stall_timeout: Some(DEFAULT_STALL_TIMEOUT),
+            clock: Arc::new(SystemClock),
             max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
             backend: BackendOptions::default(),
         }
@@ -95,6 +103,28 @@ impl TransportOptions {
     /// ```
     pub fn with_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.stall_timeout = timeout;
+        self
+    }
+
+    /// Sets the clock of the stall watchdog.
+    ///
+    /// ```
+    /// use blockwire::{open, Clock, ManualClock, Region, Transport, TransportOptions};
+    /// use std::time::Duration;
+    /// let clock = ManualClock::new();
+    /// let opts = TransportOptions::default()
+    ///     .with_stall_timeout(Some(Duration::from_secs(30)))
+    ///     .with_clock(clock.clone());
+    /// assert_eq!(opts.clock.now(), clock.now());
+    /// let t = open("shm", Region::new(2, 64)?, opts)?;
+    /// // Thirty seconds pass for the watchdog at once: a peer whose transfers ran all that
+    /// // time without one completing would be cut at the next poll.
+    /// clock.advance(Duration::from_secs(30));
+    /// assert!(t.poll(None)?.failed.is_empty()); // nothing in flight: nothing to cut
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    pub fn with_clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Arc::new(clock);
         self
     }
 

@@ -23,19 +23,41 @@ use crate::{AnyTransport, BlockTransport};
 /// sessions, possibly on different threads. [`crate::BlockTransport`] implements every rule
 /// below once, over any backend; [`crate::AnyTransport`] picks a backend at run time.
 ///
-/// | method | rule |
-/// |---|---|
-/// | [`descriptor`](Transport::descriptor) | what a peer needs to connect; serializes to bytes |
-/// | [`add_remote_peer`](Transport::add_remote_peer) | validates the descriptor, connects, publishes |
-/// | [`add_remote_peer_async`](Transport::add_remote_peer_async) | claims a generation now, connects on the registration worker; a removed or re-added peer is never revived by a late result |
-/// | [`remove_remote_peer`](Transport::remove_remote_peer) | unpublishes at once; transfers still running surface as failed (peer removed) once they stop, those already complete as done |
-/// | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate, post, return an id; never wait; refused for a faulted peer |
-/// | [`poll`](Transport::poll) | drains one peer's finished transfers (and reports its fault), or every peer's |
-/// | [`in_flight`](Transport::in_flight) | transfers posted and not yet reported |
-/// | [`cancel`](Transport::cancel) | immediate: forget; wait: release only what has stopped |
-/// | [`close`](Transport::close) | idempotent; never frees memory under a running transfer; revokes every peer's access to the region before it returns |
+/// # The rules
 ///
-/// Each transfer id is reported exactly once: done, failed, or taken by a cancel.
+/// This table is the contract, stated once: the README links here, and each case of the
+/// conformance suite (`conformance/src/cases/`) names the rules it checks by their id
+/// (`Rules: R-...` in its doc comment; a unit test of the suite checks that every id it cites
+/// is in this table and that every rule is cited).
+///
+/// | id | call | rule |
+/// |---|---|---|
+/// | `R-DESC` | [`descriptor`](Transport::descriptor) | what a peer needs to connect: backend kind and address, base address, block count and length, fingerprint, format version; serializes to bytes, and decoding bytes from a peer never panics |
+/// | `R-ADD-CHECK` | [`add_remote_peer`](Transport::add_remote_peer) | refuses, before connecting and publishing nothing: another backend's descriptor, a block length mismatch, two different non-empty fingerprints (an empty one on either side is compatible with any), an empty region, an overflowing size, a malformed address |
+/// | `R-ADD-REGISTERED` | [`add_remote_peer`](Transport::add_remote_peer) | refuses, as a malformed address, a descriptor whose base address, block count or block length disagree with what the peer registered (its address carries them) |
+/// | `R-ADD-PUBLISH` | [`add_remote_peer`](Transport::add_remote_peer) | then connects and publishes, replacing an earlier registration of the id (later transfers go to the new peer); blocks until the registration worker has connected |
+/// | `R-ADD-ASYNC` | [`add_remote_peer_async`](Transport::add_remote_peer_async) | claims the peer's next generation now and connects on one registration worker; the handle is a `Future` (woken when the registration ends) with a blocking `wait()`; a descriptor that fails validation gives an already-resolved handle and claims nothing |
+/// | `R-ADD-SUPERSEDED` | [`add_remote_peer_async`](Transport::add_remote_peer_async) | a peer removed or added again meanwhile is never revived by a late result: the handle resolves `Err(Superseded)` and its connection is released |
+/// | `R-REMOVE` | [`remove_remote_peer`](Transport::remove_remote_peer) | unpublishes at once, without waiting for a registration in flight (which is superseded); `Err(UnknownPeer)` for a peer neither published nor being registered; the peer may be added again |
+/// | `R-REMOVE-RUNNING` | [`remove_remote_peer`](Transport::remove_remote_peer) | transfers still running surface (by the peer's id) as failed, `PeerRemoved`, once they stop; those that had completed, as done; the backend's peer is freed only after the last of them |
+/// | `R-POST-CHECK` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate before anything moves: a published peer, equal non-empty index lists (an empty one is `EmptyTransfer`, given no id), every index in range (remote ones against the peer's block count), no destination block twice; an error, or a post the backend refuses, leaves nothing tracked and moves nothing |
+/// | `R-POST-DATA` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | a WRITE lands local block `local[i]` at the peer's block `remote[i]`, a READ the peer's `remote[i]` at `local[i]`, for every `i` (a source may repeat); no other block changes on either side; done only once the bytes are at the destination |
+/// | `R-POST-NO-WAIT` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | never wait, not for the transfer nor for the peer: what the library refuses for now is retried on the backend's thread |
+/// | `R-ID-UNIQUE` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | return a [`TransferId`] unique for the transport's lifetime and increasing, across every peer |
+/// | `R-ID-ONCE` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | every id is reported exactly once: done, failed (with a reason: peer removed, remote disconnect, aborted, backend error, failed state check), or taken by a cancel |
+/// | `R-POLL-PEER` | [`poll`](Transport::poll)`(Some(peer))` | drains only that peer's finished transfers (another session's completions stay for its own poll); a peer with nothing, or never added, is empty, not an error; never blocks |
+/// | `R-POLL-ALL` | [`poll`](Transport::poll)`(None)` | drains every peer's finished transfers (shutdown) |
+/// | `R-IN-FLIGHT` | [`in_flight`](Transport::in_flight) | transfers posted and not yet reported nor taken by a cancel, to one peer or to all |
+/// | `R-CANCEL-IMMEDIATE` | [`cancel`](Transport::cancel)`(ids, Immediate)` | forgets the known ids and returns `[]`; the backend may still move bytes, and its handle is released once it stops |
+/// | `R-CANCEL-WAIT` | [`cancel`](Transport::cancel)`(ids, Wait)` | asks running transfers to stop, releases only those that have stopped, and returns the ids still running (poll until each surfaces); once an id is no longer returned, no byte of it lands; unknown ids are ignored |
+/// | `R-FAIL-BOUNDED` | [`poll`](Transport::poll) | a failure is terminal and bounded: a failed state check, a remote disconnect or a peer that closed fails the transfers, with its reason, within a bounded time; none is left running |
+/// | `R-STALL` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | a peer with transfers in flight of which none completes for [`TransportOptions::stall_timeout`](crate::TransportOptions::stall_timeout) (default 5 s, read on [`TransportOptions::clock`](crate::TransportOptions::clock); `None` waits for the library) is taken for dead or unreachable: the backend is asked, once, to cut its connection, and its transfers fail as a remote disconnect. What the backend finished counts as progress, polled or not. A backend cuts only where no byte of those transfers can land in this process's region afterwards; one that cannot logs it, and its transfers end when the library ends them (SECURITY.md, per backend) |
+/// | `R-PEER-FAULT` | [`poll`](Transport::poll), [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | a peer is judged unusable ([`PeerFault`](crate::PeerFault)) after a remote disconnect, a stall cut, a failed state check, or [`TransportOptions::max_consecutive_failures`](crate::TransportOptions::max_consecutive_failures) (default 3; `0`: never for failures alone) failures in a row with no success between: every `poll(Some(peer))` reports it until `remove_remote_peer`, and posts to it are refused (`PeerFaulted`); the transport never recovers a peer itself, the caller removes and adds it again |
+/// | `R-CLOSE` | [`close`](Transport::close) | idempotent; stops registrations (each pending one resolves `Err(Closed)`, none is published), cancels, waits (bounded by [`TransportOptions::close_timeout`](crate::TransportOptions::close_timeout)) for running transfers, releases every peer; every later call is `Err(Closed)`; drop closes |
+/// | `R-CLOSE-REAPER` | [`close`](Transport::close) | a transfer still running at the deadline is handed to a reaper that frees it, and the memory it may touch, only once it stops, never under it, and revokes then (logged) |
+/// | `R-CLOSE-REVOKE` | [`close`](Transport::close) | revokes every peer's access to the region before it returns: afterwards no peer's WRITE lands in it and no peer's READ reads it, so caller-owned memory may be freed ([`Capabilities::revoke`](crate::Capabilities::revoke); SECURITY.md says how, per backend); the peers' transfers fail or are refused, and a peer that goes away never crashes this transport |
+///
+/// # Examples
 ///
 /// ```
 /// use blockwire::{open, Region, Transport, TransportOptions};

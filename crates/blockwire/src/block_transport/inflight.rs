@@ -15,6 +15,7 @@ use blockwire_core::{
 use parking_lot::{Mutex, RwLock};
 
 use super::peers::PeerConn;
+use crate::clock::Clock;
 
 /// One posted transfer.
 pub(crate) struct Tracked<B: Backend> {
@@ -112,39 +113,48 @@ struct PeerTransfers<B: Backend> {
     tracked: BTreeMap<TransferId, Tracked<B>>,
     detached: Vec<Tracked<B>>,
     /// When a transfer of this peer last completed, or the first one was posted while none
-    /// was tracked: the stall watchdog's clock.
+    /// was tracked, on the transport's [`Clock`]: the stall watchdog's reference.
     last_progress: Instant,
 }
 
-impl<B: Backend> Default for PeerTransfers<B> {
-    fn default() -> Self {
+impl<B: Backend> PeerTransfers<B> {
+    fn new(now: Instant) -> Self {
         PeerTransfers {
             tracked: BTreeMap::new(),
             detached: Vec::new(),
-            last_progress: Instant::now(),
+            last_progress: now,
         }
     }
-}
 
-impl<B: Backend> PeerTransfers<B> {
     fn is_empty(&self) -> bool {
         self.tracked.is_empty() && self.detached.is_empty()
     }
 
-    fn insert(&mut self, id: TransferId, tracked: Tracked<B>) {
+    fn insert(&mut self, id: TransferId, tracked: Tracked<B>, now: Instant) {
         if self.tracked.is_empty() {
-            self.last_progress = Instant::now();
+            self.last_progress = now;
         }
         self.tracked.insert(id, tracked);
     }
 
-    /// The stall watchdog: when transfers are running and none has completed for `limit`,
-    /// asks the backend to cut each of their connections (once per connection).
-    fn check_stall(&mut self, backend: &B, peer: &PeerId, limit: Option<Duration>) {
+    /// How long since the last progress, on `clock`.
+    fn stalled_for(&self, clock: &dyn Clock) -> Duration {
+        clock.now().saturating_duration_since(self.last_progress)
+    }
+
+    /// The stall watchdog: when transfers are running and none has completed for `limit` (on
+    /// `clock`), asks the backend to cut each of their connections (once per connection).
+    fn check_stall(
+        &mut self,
+        backend: &B,
+        peer: &PeerId,
+        limit: Option<Duration>,
+        clock: &dyn Clock,
+    ) {
         let Some(limit) = limit else {
             return;
         };
-        if self.tracked.is_empty() || self.last_progress.elapsed() < limit {
+        if self.tracked.is_empty() || self.stalled_for(clock) < limit {
             return;
         }
         // What the backend finished counts, polled or not: a caller may be cancel-waiting on
@@ -154,13 +164,13 @@ impl<B: Backend> PeerTransfers<B> {
             let seen = t.outcome.is_some();
             if t.observe(backend) {
                 if !seen {
-                    self.last_progress = Instant::now();
+                    self.last_progress = clock.now();
                 }
             } else {
                 running = true;
             }
         }
-        if !running || self.last_progress.elapsed() < limit {
+        if !running || self.stalled_for(clock) < limit {
             return;
         }
         for t in self.tracked.values() {
@@ -201,6 +211,8 @@ pub(crate) struct Inflight<B: Backend> {
     by_peer: RwLock<HashMap<PeerId, Shared<B>>>,
     /// See `TransportOptions::stall_timeout`.
     stall_timeout: Option<Duration>,
+    /// See `TransportOptions::clock`.
+    clock: Arc<dyn Clock>,
 }
 
 /// What a poll found, plus the released connections to drop outside the locks.
@@ -210,10 +222,11 @@ pub(crate) struct Drained<B: Backend> {
 }
 
 impl<B: Backend> Inflight<B> {
-    pub(crate) fn new(stall_timeout: Option<Duration>) -> Self {
+    pub(crate) fn new(stall_timeout: Option<Duration>, clock: Arc<dyn Clock>) -> Self {
         Inflight {
             by_peer: RwLock::new(HashMap::new()),
             stall_timeout,
+            clock,
         }
     }
 
@@ -221,15 +234,15 @@ impl<B: Backend> Inflight<B> {
         {
             let map = self.by_peer.read();
             if let Some(entry) = map.get(peer) {
-                entry.lock().insert(id, tracked);
+                entry.lock().insert(id, tracked, self.clock.now());
                 return;
             }
         }
         let mut map = self.by_peer.write();
         map.entry(peer.clone())
-            .or_insert_with(|| Arc::new(Mutex::new(PeerTransfers::default())))
+            .or_insert_with(|| Arc::new(Mutex::new(PeerTransfers::new(self.clock.now()))))
             .lock()
-            .insert(id, tracked);
+            .insert(id, tracked, self.clock.now());
     }
 
     /// Drains the finished transfers of `peer`, or of every peer.
@@ -259,7 +272,7 @@ impl<B: Backend> Inflight<B> {
                 .filter_map(|(id, t)| t.observe(backend).then_some(*id))
                 .collect();
             if !finished.is_empty() {
-                guard.last_progress = Instant::now();
+                guard.last_progress = self.clock.now();
             }
             for id in finished {
                 let Some(t) = guard.tracked.remove(&id) else {
@@ -282,7 +295,7 @@ impl<B: Backend> Inflight<B> {
                     }
                 }
             }
-            guard.check_stall(backend, &peer, self.stall_timeout);
+            guard.check_stall(backend, &peer, self.stall_timeout, &*self.clock);
             if guard.is_empty() {
                 emptied.push(peer);
             }
@@ -307,7 +320,9 @@ impl<B: Backend> Inflight<B> {
             .collect();
         // A caller that only cancel-waits must see a stalled peer cut too.
         for (peer, entry) in &entries {
-            entry.lock().check_stall(backend, peer, self.stall_timeout);
+            entry
+                .lock()
+                .check_stall(backend, peer, self.stall_timeout, &*self.clock);
         }
         let mut still = Vec::new();
         let mut released = Vec::new();

@@ -119,7 +119,7 @@ impl<B: Backend> BlockTransport<B> {
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),
             peers: Mutex::new(PeerTable::new()),
-            inflight: Inflight::new(options.stall_timeout),
+            inflight: Inflight::new(options.stall_timeout, options.clock),
             next_id: AtomicU64::new(1),
             fingerprint,
             close_timeout: options.close_timeout,
