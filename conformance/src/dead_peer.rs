@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use blockwire::{CancelMode, FailureReason, PeerId, TransferId};
 
-use crate::peer::{Command, Opener, SpawnedPeer};
+use crate::peer::{Opener, Request, SpawnedPeer};
 use crate::support::pattern;
 
 type Fallible<T> = Result<T, String>;
@@ -201,7 +201,7 @@ pub fn dead_peer_with(
     }
     let written = (0..BATCH).map(|i| (i, 16 + i)).collect();
     healthy
-        .expect_ok(&Command::Verify { seed: 1, written })
+        .expect_ok(&Request::Verify { seed: 1, written })
         .map_err(|e| format!("{backend}: the healthy peer after the kill: {e}"))?;
     // The victim restarted: a new descriptor under the same name, and writes reach it.
     let mut restarted = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 4, opts)?;
@@ -228,7 +228,7 @@ pub fn dead_peer_with(
     }
     let written = (0..BATCH).map(|i| (8 + i, i)).collect();
     restarted
-        .expect_ok(&Command::Verify { seed: 1, written })
+        .expect_ok(&Request::Verify { seed: 1, written })
         .map_err(|e| format!("{backend}: the restarted peer: {e}"))?;
     restarted.quit()?;
     healthy.quit()?;

@@ -4,15 +4,15 @@
 //! The target is closed but kept, so its memory stays mapped, and is filled with a canary
 //! right after close returned; the initiator's transfers must then surface within a bound, and
 //! the canary must be intact once they did. Each direction is run: a spawned peer process is
-//! the target ([`Command::Close`] and [`Command::Holds`]), and this process is the target of
-//! the peer's [`Command::Post`]s. Each with transfers posted after the close, and with long
+//! the target ([`Request::Close`] and [`Request::Holds`]), and this process is the target of
+//! the peer's [`Request::Post`]s. Each with transfers posted after the close, and with long
 //! transfers running while the target closes.
 
 use std::time::{Duration, Instant};
 
 use blockwire::{Op, PeerId, TransferId, Transport};
 
-use crate::peer::{Command, Opener, Reply, SpawnedPeer};
+use crate::peer::{Opener, Reply, Request, SpawnedPeer};
 use crate::support::{Outcomes, pattern, record};
 
 type Fallible<T> = Result<T, String>;
@@ -90,7 +90,7 @@ impl TargetSideReport {
 
 /// A child's count of blocks holding `pattern(seed, i)`.
 fn holds(child: &mut SpawnedPeer, seed: u8) -> Fallible<usize> {
-    match child.request(&Command::Holds { seed })? {
+    match child.request(&Request::Holds { seed })? {
         Reply::Holds { blocks } => Ok(blocks),
         other => Err(format!("Holds: {other:?}")),
     }
@@ -158,7 +158,7 @@ pub fn target_side_with(
                 }
             }
             let started = Instant::now();
-            child.expect_ok(&Command::Close { seed: CANARY })?;
+            child.expect_ok(&Request::Close { seed: CANARY })?;
             if !during {
                 for _ in 0..2 {
                     ids.extend(report.post(&*me, &peer, op)?);
@@ -196,14 +196,14 @@ pub fn target_side_with(
             let me = open(backend, BLOCKS, LEN, opts)?;
             let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
             let desc = me.descriptor().map_err(|e| e.to_string())?;
-            child.expect_ok(&Command::add("parent", &desc))?;
+            child.expect_ok(&Request::add("parent", &desc))?;
             let what = format!(
                 "this side closed {} the child's {op}s",
                 if during { "during" } else { "before" }
             );
             let mut posted = 0;
             let mut post = |child: &mut SpawnedPeer| -> Fallible<()> {
-                let command = Command::Post {
+                let command = Request::Post {
                     op,
                     name: "parent".into(),
                     pairs: all().into_iter().map(|b| (b, b)).collect(),
@@ -228,7 +228,7 @@ pub fn target_side_with(
                 }
             }
             let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
-            match child.request(&Command::Settle { ms })? {
+            match child.request(&Request::Settle { ms })? {
                 Reply::Settled {
                     done, elapsed_ms, ..
                 } => {

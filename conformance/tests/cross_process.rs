@@ -15,12 +15,12 @@ fn shm_between_two_processes() {
 #[test]
 fn shm_forbidden_cross_process_access_is_a_clear_error() {
     use blockwire::{BackendErrorKind, Error, Region, Transport, TransportOptions};
-    use blockwire_conformance::peer::{Command, Reply, SpawnedPeer, is_root};
+    use blockwire_conformance::peer::{Reply, Request, SpawnedPeer, is_root};
 
     let exe = env!("CARGO_BIN_EXE_blockwire-peer");
     let mut child = SpawnedPeer::spawn(exe, "shm", 4, 4096, 3, "").expect("spawn");
     child
-        .expect_ok(&Command::DropAccess)
+        .expect_ok(&Request::DropAccess)
         .expect("the peer drops its access rights");
     let me = blockwire::open(
         "shm",
@@ -30,7 +30,7 @@ fn shm_forbidden_cross_process_access_is_a_clear_error() {
     .expect("open");
     if is_root() {
         let desc = me.descriptor().expect("descriptor");
-        let reply = child.request(&Command::add("parent", &desc)).expect("Add");
+        let reply = child.request(&Request::add("parent", &desc)).expect("Add");
         let Reply::Err { message } = &reply else {
             panic!("an unprivileged peer reached root's memory: {reply:?}");
         };

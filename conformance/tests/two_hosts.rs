@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use blockwire::Op;
-use blockwire_conformance::peer::{Command, Reply, SpawnedPeer, is_root};
+use blockwire_conformance::peer::{Reply, Request, SpawnedPeer, is_root};
 
 /// How long the writes in flight at the cut may take to surface.
 const BOUND: Duration = Duration::from_secs(10);
@@ -175,15 +175,15 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
     };
     let (mut a, mut b) = (spawn(0, 1)?, spawn(1, 2)?);
     let what = |what: &'static str| move |e: String| format!("{what}: {e}");
-    let add_b = Command::add("b", &b.descriptor);
+    let add_b = Request::add("b", &b.descriptor);
     a.expect_ok(&add_b).map_err(what("a adds b"))?;
-    let add_a = Command::add("a", &a.descriptor);
+    let add_a = Request::add("a", &a.descriptor);
     b.expect_ok(&add_a).map_err(what("b adds a"))?;
-    let write = |name: &str, pairs: Vec<(u32, u32)>| Command::Write {
+    let write = |name: &str, pairs: Vec<(u32, u32)>| Request::Write {
         name: name.into(),
         pairs,
     };
-    let verify = |seed: u8, written: Vec<(u32, u32)>| Command::Verify { seed, written };
+    let verify = |seed: u8, written: Vec<(u32, u32)>| Request::Verify { seed, written };
     a.expect_ok(&write("b", vec![(0, 5), (1, 6)]))
         .map_err(what("a writes b"))?;
     b.expect_ok(&verify(1, vec![(5, 0), (6, 1)]))
@@ -202,7 +202,7 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
             3 => (Op::Read, reads.clone()),
             _ => (Op::Write, writes.clone()),
         };
-        let command = Command::Post {
+        let command = Request::Post {
             op,
             name: "b".into(),
             pairs,
@@ -214,7 +214,7 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
     }
     hosts.cut()?;
     let ms = u64::try_from(BOUND.as_millis()).unwrap_or(u64::MAX);
-    let reply = a.request(&Command::Settle { ms })?;
+    let reply = a.request(&Request::Settle { ms })?;
     eprintln!("{backend}: after the cut: {reply:?}");
     match &reply {
         Reply::Settled {
@@ -249,8 +249,8 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
     // No late bytes: every transfer was reported, so none may move a byte any more, even
     // once the link is back. Both sides put their blocks back to their own patterns (as a
     // user reusing them would), the link comes back, and TCP gets time to retransmit.
-    a.expect_ok(&Command::Reset).map_err(what("a resets"))?;
-    b.expect_ok(&Command::Reset).map_err(what("b resets"))?;
+    a.expect_ok(&Request::Reset).map_err(what("a resets"))?;
+    b.expect_ok(&Request::Reset).map_err(what("b resets"))?;
     hosts.restore()?;
     std::thread::sleep(LATE_BYTES_WAIT);
     let local = a.request(&verify(1, Vec::new()))?;

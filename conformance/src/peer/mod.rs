@@ -3,14 +3,14 @@
 //!
 //! The peer opens a transport (`blockwire-peer <backend> <num_blocks> <block_len> <seed>
 //! [backend options k=v,...]`), fills its blocks with `pattern(seed, i)`, prints its
-//! descriptor ([`Reply::Descriptor`]), then answers [`Command`]s: one JSON value per line on
-//! its stdin, one JSON [`Reply`] per line on its stdout, until [`Command::Quit`]. Any error is
+//! descriptor ([`Reply::Descriptor`]), then answers [`Request`]s: one JSON value per line on
+//! its stdin, one JSON [`Reply`] per line on its stdout, until [`Request::Quit`]. Any error is
 //! [`Reply::Err`] and exit status 1.
 //!
 //! ```
-//! use blockwire_conformance::peer::{Command, Reply};
+//! use blockwire_conformance::peer::{Request, Reply};
 //! use blockwire::Op;
-//! let post = Command::Post { op: Op::Read, name: "parent".into(), pairs: vec![(1, 2)] };
+//! let post = Request::Post { op: Op::Read, name: "parent".into(), pairs: vec![(1, 2)] };
 //! assert_eq!(post.to_line(), r#"{"Post":{"op":"Read","name":"parent","pairs":[[1,2]]}}"#);
 //! assert_eq!(Reply::from_line(r#"{"Id":{"id":5}}"#)?, Reply::Id { id: 5 });
 //! # Ok::<(), serde_json::Error>(())
@@ -24,7 +24,7 @@ use std::process::ExitCode;
 
 use blockwire::{BackendOptions, PeerId, Region, Transport, TransportOptions};
 
-pub use protocol::{Command, Pair, Reply};
+pub use protocol::{Pair, Reply, Request};
 pub use spawned::SpawnedPeer;
 
 use crate::support::{pattern, wait_done};
@@ -158,15 +158,15 @@ pub fn drive_with(open: Opener, exe: &str, backend: &str, opts: &str) -> Fallibl
     }
     let written = remote.iter().copied().zip(local).collect();
     child
-        .expect_ok(&Command::Verify { seed: 1, written })
+        .expect_ok(&Request::Verify { seed: 1, written })
         .map_err(|e| format!("child after WRITE: {e}"))?;
     // The other direction: the child writes into this process.
     let desc = me.descriptor().map_err(|e| e.to_string())?;
     child
-        .expect_ok(&Command::add("parent", &desc))
+        .expect_ok(&Request::add("parent", &desc))
         .map_err(|e| format!("child ADD: {e}"))?;
     child
-        .expect_ok(&Command::Write {
+        .expect_ok(&Request::Write {
             name: "parent".into(),
             pairs: vec![(8, 30), (9, 29)],
         })

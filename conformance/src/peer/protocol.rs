@@ -1,11 +1,11 @@
-//! The peer protocol's messages: one JSON [`Command`] per line on the peer's stdin, one JSON
+//! The peer protocol's messages: one JSON [`Request`] per line on the peer's stdin, one JSON
 //! [`Reply`] per line on its stdout.
 
 use blockwire::{Op, PeerDescriptor};
 use serde::{Deserialize, Serialize};
 
 /// A block pair: `(local, remote)` of a transfer the peer posts, or `(block, source)` of a
-/// [`Command::Verify`].
+/// [`Request::Verify`].
 pub type Pair = (u32, u32);
 
 /// [`Op`] as serde writes it (`"Write"`, `"Read"`): core's types carry no serde.
@@ -20,15 +20,15 @@ enum OpDef {
 /// `pattern(seed, i)` (its own pattern, `seed` from its command line) when it started.
 ///
 /// ```
-/// use blockwire_conformance::peer::Command;
-/// let line = Command::Verify { seed: 1, written: vec![(3, 0)] }.to_line();
+/// use blockwire_conformance::peer::Request;
+/// let line = Request::Verify { seed: 1, written: vec![(3, 0)] }.to_line();
 /// assert_eq!(line, r#"{"Verify":{"seed":1,"written":[[3,0]]}}"#);
-/// assert_eq!(Command::from_line(&line)?, Command::Verify { seed: 1, written: vec![(3, 0)] });
-/// assert_eq!(Command::Quit.to_line(), r#""Quit""#);
+/// assert_eq!(Request::from_line(&line)?, Request::Verify { seed: 1, written: vec![(3, 0)] });
+/// assert_eq!(Request::Quit.to_line(), r#""Quit""#);
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Command {
+pub enum Request {
     /// [`Reply::Ok`] if block `b` holds `pattern(seed, s)` for each `(b, s)` of `written` and
     /// every other block its own pattern, else [`Reply::Fail`].
     Verify {
@@ -107,22 +107,22 @@ pub enum Reply {
     },
     /// Done.
     Ok,
-    /// A [`Command::Verify`] found blocks that hold the wrong bytes.
+    /// A [`Request::Verify`] found blocks that hold the wrong bytes.
     Fail {
         /// The blocks.
         blocks: Vec<u32>,
     },
-    /// A [`Command::Post`] was posted as transfer `id`.
+    /// A [`Request::Post`] was posted as transfer `id`.
     Id {
         /// The transfer id.
         id: u64,
     },
-    /// A [`Command::Post`] was refused (a submit error or a peer fault).
+    /// A [`Request::Post`] was refused (a submit error or a peer fault).
     Refused {
         /// The error, as it displays.
         why: String,
     },
-    /// Every posted transfer surfaced within a [`Command::Settle`]'s wait.
+    /// Every posted transfer surfaced within a [`Request::Settle`]'s wait.
     Settled {
         /// How many were done.
         done: usize,
@@ -133,14 +133,14 @@ pub enum Reply {
         /// The first failure's reason, as it displays.
         first_failure: Option<String>,
     },
-    /// Some posted transfers had not surfaced when a [`Command::Settle`]'s wait ended.
+    /// Some posted transfers had not surfaced when a [`Request::Settle`]'s wait ended.
     Pending {
         /// How many.
         left: usize,
         /// How long it waited, in milliseconds.
         elapsed_ms: u64,
     },
-    /// The answer to [`Command::Holds`].
+    /// The answer to [`Request::Holds`].
     Holds {
         /// Blocks holding the pattern.
         blocks: usize,
@@ -152,27 +152,27 @@ pub enum Reply {
     },
 }
 
-impl Command {
+impl Request {
     /// One line of JSON, without the newline.
     ///
     /// ```
-    /// use blockwire_conformance::peer::Command;
-    /// assert_eq!(Command::Holds { seed: 9 }.to_line(), r#"{"Holds":{"seed":9}}"#);
+    /// use blockwire_conformance::peer::Request;
+    /// assert_eq!(Request::Holds { seed: 9 }.to_line(), r#"{"Holds":{"seed":9}}"#);
     /// ```
     pub fn to_line(&self) -> String {
         // Strings, integers and lists: serializing cannot fail.
         serde_json::to_string(self).unwrap_or_else(|e| format!("\"unserializable: {e}\""))
     }
 
-    /// Reads what [`to_line`](Command::to_line) wrote.
+    /// Reads what [`to_line`](Request::to_line) wrote.
     ///
     /// ```
-    /// use blockwire_conformance::peer::Command;
-    /// assert_eq!(Command::from_line(r#""Reset""#)?, Command::Reset);
-    /// assert!(Command::from_line("RESET").is_err());
+    /// use blockwire_conformance::peer::Request;
+    /// assert_eq!(Request::from_line(r#""Reset""#)?, Request::Reset);
+    /// assert!(Request::from_line("RESET").is_err());
     /// # Ok::<(), serde_json::Error>(())
     /// ```
-    pub fn from_line(line: &str) -> Result<Command, serde_json::Error> {
+    pub fn from_line(line: &str) -> Result<Request, serde_json::Error> {
         serde_json::from_str(line)
     }
 }
@@ -231,17 +231,17 @@ impl Reply {
     }
 }
 
-impl Command {
-    /// [`Command::Add`] of `desc` as peer `name`.
+impl Request {
+    /// [`Request::Add`] of `desc` as peer `name`.
     ///
     /// ```
     /// use blockwire::PeerDescriptor;
-    /// use blockwire_conformance::peer::Command;
+    /// use blockwire_conformance::peer::Request;
     /// let d = PeerDescriptor::new("shm", vec![1], 0, 4, 64, "");
-    /// assert!(matches!(Command::add("parent", &d), Command::Add { name, .. } if name == "parent"));
+    /// assert!(matches!(Request::add("parent", &d), Request::Add { name, .. } if name == "parent"));
     /// ```
-    pub fn add(name: &str, desc: &PeerDescriptor) -> Command {
-        Command::Add {
+    pub fn add(name: &str, desc: &PeerDescriptor) -> Request {
+        Request::Add {
             name: name.into(),
             descriptor: hex::encode(desc.to_bytes()),
         }

@@ -1,11 +1,11 @@
-//! The peer process's side: open a transport, then answer [`Command`]s until `Quit`.
+//! The peer process's side: open a transport, then answer [`Request`]s until `Quit`.
 
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
 use blockwire::{Op, PeerDescriptor, PeerId, TransferId, Transport};
 
-use super::protocol::{Command, Pair, Reply};
+use super::protocol::{Pair, Reply, Request};
 use super::{Fallible, Opener};
 use crate::support::{pattern, wait_done};
 
@@ -41,13 +41,13 @@ pub(super) fn serve_inner(open: Opener) -> Fallible<()> {
     say(&Reply::descriptor(&desc))?;
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| e.to_string())?;
-        let command =
-            Command::from_line(&line).map_err(|e| format!("unknown command {line:?}: {e}"))?;
-        if command == Command::Quit {
+        let request =
+            Request::from_line(&line).map_err(|e| format!("unknown request {line:?}: {e}"))?;
+        if request == Request::Quit {
             served.t.close().map_err(|e| e.to_string())?;
             return Ok(());
         }
-        say(&served.answer(command)?)?;
+        say(&served.answer(request)?)?;
     }
     Err("stdin closed before Quit".into())
 }
@@ -82,11 +82,11 @@ impl Served {
         Ok(n)
     }
 
-    fn answer(&mut self, command: Command) -> Fallible<Reply> {
-        match command {
-            Command::Verify { seed, written } => self.verify(seed, &written),
-            Command::Reset => self.fill(self.seed).map(|()| Reply::Ok),
-            Command::Add { name, descriptor } => {
+    fn answer(&mut self, request: Request) -> Fallible<Reply> {
+        match request {
+            Request::Verify { seed, written } => self.verify(seed, &written),
+            Request::Reset => self.fill(self.seed).map(|()| Reply::Ok),
+            Request::Add { name, descriptor } => {
                 let bytes = hex::decode(&descriptor).map_err(|e| e.to_string())?;
                 let d = PeerDescriptor::from_bytes(&bytes).map_err(|e| e.to_string())?;
                 self.t
@@ -94,7 +94,7 @@ impl Served {
                     .map_err(|e| e.to_string())?;
                 Ok(Reply::Ok)
             }
-            Command::Write { name, pairs } => {
+            Request::Write { name, pairs } => {
                 let (local, remote): (Vec<u32>, Vec<u32>) = pairs.into_iter().unzip();
                 let peer = PeerId::from(name);
                 let id = self
@@ -104,15 +104,15 @@ impl Served {
                 wait_done(&*self.t, &peer, &[id]);
                 Ok(Reply::Ok)
             }
-            Command::Post { op, name, pairs } => self.post(op, &PeerId::from(name), &pairs),
-            Command::Settle { ms } => self.settle(Duration::from_millis(ms)),
-            Command::DropAccess => drop_access().map(|()| Reply::Ok),
-            Command::Close { seed } => {
+            Request::Post { op, name, pairs } => self.post(op, &PeerId::from(name), &pairs),
+            Request::Settle { ms } => self.settle(Duration::from_millis(ms)),
+            Request::DropAccess => drop_access().map(|()| Reply::Ok),
+            Request::Close { seed } => {
                 self.t.close().map_err(|e| e.to_string())?;
                 self.fill(seed).map(|()| Reply::Ok)
             }
-            Command::Holds { seed } => self.holds(seed).map(|blocks| Reply::Holds { blocks }),
-            Command::Quit => Err("Quit has no reply".into()),
+            Request::Holds { seed } => self.holds(seed).map(|blocks| Reply::Holds { blocks }),
+            Request::Quit => Err("Quit has no reply".into()),
         }
     }
 

@@ -1,4 +1,4 @@
-//! The driver's side: a spawned peer process it sends [`Command`]s to.
+//! The driver's side: a spawned peer process it sends [`Request`]s to.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
@@ -7,18 +7,18 @@ use std::time::{Duration, Instant};
 use blockwire::PeerDescriptor;
 
 use super::Fallible;
-use super::protocol::{Command, Reply};
+use super::protocol::{Reply, Request};
 
 /// A spawned peer process (the `blockwire-peer` binary, or another serving
 /// [`serve_with`](super::serve_with)).
 ///
 /// ```no_run
-/// use blockwire_conformance::peer::{Command, Reply, SpawnedPeer};
+/// use blockwire_conformance::peer::{Request, Reply, SpawnedPeer};
 /// fn main() -> Result<(), String> {
 ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
 ///     assert_eq!(p.descriptor.backend, "shm");
 ///     // Nothing written: block 0 holds its own pattern.
-///     let verify = Command::Verify { seed: 1, written: vec![(0, 0)] };
+///     let verify = Request::Verify { seed: 1, written: vec![(0, 0)] };
 ///     assert_eq!(p.request(&verify)?, Reply::Ok);
 ///     p.quit()
 /// }
@@ -155,41 +155,41 @@ impl SpawnedPeer {
         }
     }
 
-    /// Sends one command and returns the reply.
+    /// Sends one request and returns the reply.
     ///
     /// ```no_run
-    /// use blockwire_conformance::peer::{Command, Reply, SpawnedPeer};
+    /// use blockwire_conformance::peer::{Request, Reply, SpawnedPeer};
     /// fn main() -> Result<(), String> {
     ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
-    ///     let mine = Command::Verify { seed: 1, written: vec![(3, 3)] };
+    ///     let mine = Request::Verify { seed: 1, written: vec![(3, 3)] };
     ///     assert_eq!(p.request(&mine)?, Reply::Ok);
-    ///     let other = Command::Verify { seed: 2, written: vec![(3, 3)] };
+    ///     let other = Request::Verify { seed: 2, written: vec![(3, 3)] };
     ///     assert_eq!(p.request(&other)?, Reply::Fail { blocks: vec![3] });
     ///     p.quit()
     /// }
     /// ```
-    pub fn request(&mut self, command: &Command) -> Fallible<Reply> {
-        writeln!(self.stdin, "{}", command.to_line())
+    pub fn request(&mut self, request: &Request) -> Fallible<Reply> {
+        writeln!(self.stdin, "{}", request.to_line())
             .and_then(|_| self.stdin.flush())
             .map_err(|e| format!("writing to the peer: {e}"))?;
         self.reply()
     }
 
-    /// Sends one command that must be answered [`Reply::Ok`]; `Err` names the command and
+    /// Sends one request that must be answered [`Reply::Ok`]; `Err` names the request and
     /// the reply otherwise.
     ///
     /// ```no_run
-    /// use blockwire_conformance::peer::{Command, SpawnedPeer};
+    /// use blockwire_conformance::peer::{Request, SpawnedPeer};
     /// fn main() -> Result<(), String> {
     ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
-    ///     p.expect_ok(&Command::Reset)?;
+    ///     p.expect_ok(&Request::Reset)?;
     ///     p.quit()
     /// }
     /// ```
-    pub fn expect_ok(&mut self, command: &Command) -> Fallible<()> {
-        match self.request(command)? {
+    pub fn expect_ok(&mut self, request: &Request) -> Fallible<()> {
+        match self.request(request)? {
             Reply::Ok => Ok(()),
-            other => Err(format!("{command:?}: {other:?}")),
+            other => Err(format!("{request:?}: {other:?}")),
         }
     }
 
@@ -212,7 +212,7 @@ impl SpawnedPeer {
             .map_err(|e| format!("reaping the peer: {e}"))
     }
 
-    /// Sends [`Command::Quit`] and waits (bounded) for a successful exit.
+    /// Sends [`Request::Quit`] and waits (bounded) for a successful exit.
     ///
     /// ```no_run
     /// use blockwire_conformance::peer::SpawnedPeer;
@@ -222,7 +222,7 @@ impl SpawnedPeer {
     /// }
     /// ```
     pub fn quit(mut self) -> Fallible<()> {
-        writeln!(self.stdin, "{}", Command::Quit.to_line()).map_err(|e| e.to_string())?;
+        writeln!(self.stdin, "{}", Request::Quit.to_line()).map_err(|e| e.to_string())?;
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
