@@ -17,7 +17,7 @@
 //! ```
 
 mod protocol;
-mod serve;
+mod server;
 mod spawned;
 
 use std::process::ExitCode;
@@ -80,11 +80,11 @@ pub fn serve() -> ExitCode {
 /// }
 /// ```
 pub fn serve_with(open: Opener) -> ExitCode {
-    match serve::serve_inner(open) {
+    match server::serve_inner(open) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             // Best effort: the driver reads this, or sees the output close.
-            let _ = serve::say(&Reply::Err { message });
+            let _ = server::say(&Reply::Err { message });
             ExitCode::FAILURE
         }
     }

@@ -247,3 +247,74 @@ impl Request {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_request_and_reply_round_trips_on_one_line() {
+        let desc = PeerDescriptor::new("shm", vec![7; 40], 4096, 8, 64, "");
+        let requests = [
+            Request::Verify {
+                seed: 255,
+                written: vec![(0, u32::MAX)],
+            },
+            Request::Reset,
+            Request::add("a b\n", &desc),
+            Request::Write {
+                name: "p".into(),
+                pairs: vec![],
+            },
+            Request::Post {
+                op: Op::Write,
+                name: "p".into(),
+                pairs: vec![(1, 2), (3, 4)],
+            },
+            Request::Settle { ms: u64::MAX },
+            Request::DropAccess,
+            Request::Close { seed: 202 },
+            Request::Holds { seed: 0 },
+            Request::Quit,
+        ];
+        for r in requests {
+            let line = r.to_line();
+            assert!(!line.contains('\n'), "{line}");
+            assert_eq!(Request::from_line(&line).expect("read back"), r);
+        }
+        let replies = [
+            Reply::descriptor(&desc),
+            Reply::Ok,
+            Reply::Fail { blocks: vec![1, 5] },
+            Reply::Id { id: u64::MAX },
+            Reply::Refused {
+                why: "submit: \"quoted\"".into(),
+            },
+            Reply::Settled {
+                done: 0,
+                failed: 3,
+                elapsed_ms: 10,
+                first_failure: None,
+            },
+            Reply::Pending {
+                left: 2,
+                elapsed_ms: 10_000,
+            },
+            Reply::Holds { blocks: 16 },
+            Reply::Err {
+                message: "line one\nline two".into(),
+            },
+        ];
+        for r in replies {
+            let line = r.to_line();
+            assert!(!line.contains('\n'), "{line}");
+            assert_eq!(Reply::from_line(&line).expect("read back"), r);
+        }
+        assert_eq!(
+            Reply::descriptor(&desc)
+                .to_descriptor()
+                .expect("a descriptor"),
+            desc
+        );
+    }
+}
