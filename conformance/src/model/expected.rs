@@ -112,19 +112,26 @@ pub(super) enum Then {
     },
     /// No block free for the transfer: no call.
     Skipped,
-    /// Write `fill`, then `call` (a post) must return a fresh id, which the runner hands to
-    /// [`Model::track`](super::reference::Model::track) with `planned`.
+    /// Write `fill`, then the post of `local` and `remote` to `peer` must return a fresh id,
+    /// which the runner hands to [`Model::track`](super::reference::Model::track) with
+    /// `planned`.
     Posted {
         fill: Vec<Fill>,
-        call: Call,
+        op: Op,
+        peer: usize,
+        local: Vec<BlockIndex>,
+        remote: Vec<BlockIndex>,
         planned: Planned,
     },
-    /// `call` (a poll) must succeed; its result goes to
+    /// `poll` of `peer` (every peer for `None`) must succeed; its result goes to
     /// [`Model::absorb`](super::reference::Model::absorb).
-    Polled { call: Call, peer: Option<usize> },
-    /// `call` (a cancel) must succeed; what it returned goes to
+    Polled { peer: Option<usize> },
+    /// `cancel(ids, mode)` must succeed; what it returned goes to
     /// [`Model::cancelled`](super::reference::Model::cancelled).
-    Cancelled { call: Call },
+    Cancelled {
+        ids: Vec<TransferId>,
+        mode: CancelMode,
+    },
     /// Poll until the model tracks nothing and the backend holds nothing, absorbing every
     /// result; then every known block must hold its content, `peers()` must be `published`
     /// and the backend must count one connected peer per published peer.

@@ -11,15 +11,14 @@ use super::Model;
 
 impl Model {
     pub(super) fn poll(&mut self, peer: Option<usize>) -> Expected {
-        let call = Call::Poll { peer };
         if self.closed {
             return Model::now(Then::Refused {
-                call,
+                call: Call::Poll { peer },
                 allowed: vec![Error::Closed],
                 nothing_tracked: false,
             });
         }
-        Model::now(Then::Polled { call, peer })
+        Model::now(Then::Polled { peer })
     }
 
     /// Checks one poll result (of `poll(Some(p<peer>))`, or `poll(None)`) and applies it;
@@ -148,15 +147,14 @@ impl Model {
                 }
             })
             .collect();
-        let call = Call::Cancel { ids, mode };
         if self.closed {
             return Model::now(Then::Refused {
-                call,
+                call: Call::Cancel { ids, mode },
                 allowed: vec![Error::Closed],
                 nothing_tracked: false,
             });
         }
-        Model::now(Then::Cancelled { call })
+        Model::now(Then::Cancelled { ids, mode })
     }
 
     /// Checks what `cancel(ids, mode)` returned (`still`) and applies it; returns what it

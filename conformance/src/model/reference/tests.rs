@@ -158,9 +158,7 @@ fn cancel_wait_returns_only_ids_asked_for_and_in_flight() {
     let mut m = model();
     m.apply(&Action::Add { peer: 0, remote: 0 });
     post(&mut m, 0, 1);
-    let Then::Cancelled {
-        call: Call::Cancel { ids, mode },
-    } = m
+    let Then::Cancelled { ids, mode } = m
         .apply(&Action::Cancel {
             mode: CancelMode::Wait,
             picks: vec![0, 0],

@@ -92,12 +92,10 @@ impl Model {
             settle,
             Then::Posted {
                 fill,
-                call: Call::Post {
-                    op,
-                    peer,
-                    local: l,
-                    remote: r,
-                },
+                op,
+                peer,
+                local: l,
+                remote: r,
                 planned: Planned {
                     peer,
                     conn,

@@ -2,6 +2,7 @@
 
 use blockwire::Transport;
 
+use super::super::expected::Fill;
 use super::super::reference::Model;
 use super::super::state::stamp_bytes;
 use super::{Runner, Step};
@@ -14,6 +15,18 @@ impl<T: Transport> Runner<'_, T> {
         } else {
             &self.remotes[space - 1]
         }
+    }
+
+    /// Writes fresh content into source blocks, as the model chose it.
+    pub(super) fn fill(&mut self, fill: &[Fill]) -> Step {
+        for f in fill {
+            stamp_bytes(f.stamp, &mut self.buf);
+            self.space(f.space)
+                .region()
+                .write_block(f.block, &self.buf)
+                .map_err(|e| format!("writing a source block: {e}"))?;
+        }
+        Ok(())
     }
 
     /// Every block whose content the model knows must hold it.

@@ -109,11 +109,17 @@ impl<'s, T: Transport> Runner<'s, T> {
             }
             Then::Posted {
                 fill,
-                call,
+                op,
+                peer,
+                local,
+                remote,
                 planned,
-            } => self.posted(&fill, &call, planned),
-            Then::Polled { call, peer } => self.polled(&call, peer),
-            Then::Cancelled { call } => self.cancelled(&call),
+            } => {
+                self.fill(&fill)?;
+                self.posted(op, peer, &local, &remote, planned)
+            }
+            Then::Polled { peer } => self.polled(peer),
+            Then::Cancelled { ids, mode } => self.cancelled(&ids, mode),
             Then::Drained { published } => self.drained(&published),
             Then::Verify { when } => {
                 self.report.drains += 1;

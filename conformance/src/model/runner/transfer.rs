@@ -3,32 +3,22 @@
 use std::time::{Duration, Instant};
 
 use blockwire::Transport;
-use blockwire_core::{PeerId, PollResult, TransferId};
+use blockwire_core::{BlockIndex, CancelMode, Op, PeerId, PollResult, TransferId};
 
-use super::super::expected::{Call, Fill, Planned};
-use super::super::state::stamp_bytes;
+use super::super::expected::Planned;
 use super::{Runner, Step};
 
 impl<T: Transport> Runner<'_, T> {
-    /// Writes `fill` into the source blocks, then posts `call`, which must return a new id.
-    pub(super) fn posted(&mut self, fill: &[Fill], call: &Call, planned: Planned) -> Step {
-        let Call::Post {
-            op,
-            peer,
-            local,
-            remote,
-        } = call
-        else {
-            return Err(format!("the model asked to post {call:?}"));
-        };
-        for f in fill {
-            stamp_bytes(f.stamp, &mut self.buf);
-            self.space(f.space)
-                .region()
-                .write_block(f.block, &self.buf)
-                .map_err(|e| format!("writing a source block: {e}"))?;
-        }
-        let got = self.post(*op, &self.model.names[*peer], local, remote);
+    /// Posts `local` and `remote` to `peer`, which must return a new id.
+    pub(super) fn posted(
+        &mut self,
+        op: Op,
+        peer: usize,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        planned: Planned,
+    ) -> Step {
+        let got = self.post(op, &self.model.names[peer], local, remote);
         self.trace.push(format!("  {}: {got:?}", planned.what));
         let id = got.map_err(|e| format!("a valid transfer was refused: {e:?}"))?;
         self.model.track(id, planned)?;
@@ -37,12 +27,12 @@ impl<T: Transport> Runner<'_, T> {
     }
 
     /// `poll` must succeed; the model checks what it reported.
-    pub(super) fn polled(&mut self, call: &Call, peer: Option<usize>) -> Step {
+    pub(super) fn polled(&mut self, peer: Option<usize>) -> Step {
         let name = peer.map(|p| self.model.names[p].clone());
         let r = self
             .local
             .poll(name.as_ref())
-            .map_err(|e| format!("poll failed: {e:?} ({call:?})"))?;
+            .map_err(|e| format!("poll({name:?}) failed: {e:?}"))?;
         self.absorb(r, name.as_ref(), peer)
     }
 
@@ -59,15 +49,12 @@ impl<T: Transport> Runner<'_, T> {
     }
 
     /// `cancel` must succeed; the model checks what it returned.
-    pub(super) fn cancelled(&mut self, call: &Call) -> Step {
-        let Call::Cancel { ids, mode } = call else {
-            return Err(format!("the model asked to cancel with {call:?}"));
-        };
-        let got = self.local.cancel(ids, *mode);
+    pub(super) fn cancelled(&mut self, ids: &[TransferId], mode: CancelMode) -> Step {
+        let got = self.local.cancel(ids, mode);
         self.trace
             .push(format!("  cancel({ids:?}, {mode:?}): {got:?}"));
         let still = got.map_err(|e| format!("cancel failed: {e:?}"))?;
-        let counted = self.model.cancelled(ids, *mode, &still)?;
+        let counted = self.model.cancelled(ids, mode, &still)?;
         self.report.merge(&counted);
         Ok(())
     }
