@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use blockwire::{CancelMode, FailureReason, PeerId, TransferId};
 
-use crate::peer::{Opener, PeerProcess};
+use crate::peer::{Opener, Request, SpawnedPeer};
 use crate::support::pattern;
 
 type Fallible<T> = Result<T, String>;
@@ -71,8 +71,8 @@ pub fn dead_peer_with(
             .map_err(err)?;
     }
     let detects = me.capabilities().remote_disconnect;
-    let mut victim = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
-    let mut healthy = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
+    let mut victim = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
+    let mut healthy = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
     let (v, h) = (PeerId::from("victim"), PeerId::from("healthy"));
     me.add_remote_peer(&v, &victim.descriptor).map_err(err)?;
     me.add_remote_peer(&h, &healthy.descriptor).map_err(err)?;
@@ -199,15 +199,12 @@ pub fn dead_peer_with(
             ));
         }
     }
-    let pairs: Vec<String> = (0..BATCH).map(|i| format!("{i}:{}", 16 + i)).collect();
-    let reply = healthy.command(&format!("VERIFY 1 {}", pairs.join(",")))?;
-    if reply != "OK" {
-        return Err(format!(
-            "{backend}: the healthy peer after the kill: {reply}"
-        ));
-    }
+    let written = (0..BATCH).map(|i| (i, 16 + i)).collect();
+    healthy
+        .expect_ok(&Request::Verify { seed: 1, written })
+        .map_err(|e| format!("{backend}: the healthy peer after the kill: {e}"))?;
     // The victim restarted: a new descriptor under the same name, and writes reach it.
-    let mut restarted = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 4, opts)?;
+    let mut restarted = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 4, opts)?;
     me.add_remote_peer(&v, &restarted.descriptor)
         .map_err(|e| format!("{backend}: adding the restarted peer: {e}"))?;
     let id = me.write_blocks(&v, &range(0), &range(8)).map_err(err)?;
@@ -229,11 +226,10 @@ pub fn dead_peer_with(
         }
         std::thread::yield_now();
     }
-    let pairs: Vec<String> = (0..BATCH).map(|i| format!("{}:{i}", 8 + i)).collect();
-    let reply = restarted.command(&format!("VERIFY 1 {}", pairs.join(",")))?;
-    if reply != "OK" {
-        return Err(format!("{backend}: the restarted peer: {reply}"));
-    }
+    let written = (0..BATCH).map(|i| (8 + i, i)).collect();
+    restarted
+        .expect_ok(&Request::Verify { seed: 1, written })
+        .map_err(|e| format!("{backend}: the restarted peer: {e}"))?;
     restarted.quit()?;
     healthy.quit()?;
     me.close().map_err(err)?;

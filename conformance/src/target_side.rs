@@ -4,15 +4,15 @@
 //! The target is closed but kept, so its memory stays mapped, and is filled with a canary
 //! right after close returned; the initiator's transfers must then surface within a bound, and
 //! the canary must be intact once they did. Each direction is run: a spawned peer process is
-//! the target ([`crate::peer`]'s `CLOSE` and `HOLDS`), and this process is the target of the
-//! peer's `POST`s and `POSTREAD`s. Each with transfers posted after the close, and with long
+//! the target ([`Request::Close`] and [`Request::Holds`]), and this process is the target of
+//! the peer's [`Request::Post`]s. Each with transfers posted after the close, and with long
 //! transfers running while the target closes.
 
 use std::time::{Duration, Instant};
 
 use blockwire::{Op, PeerId, TransferId, Transport};
 
-use crate::peer::{Opener, PeerProcess};
+use crate::peer::{Opener, Reply, Request, SpawnedPeer};
 use crate::support::{Outcomes, pattern, record};
 
 type Fallible<T> = Result<T, String>;
@@ -35,14 +35,6 @@ pub struct TargetSideReport {
     pub surfaced_after: Duration,
     /// Transfers running when the target closed that completed before it.
     pub done_before_close: usize,
-}
-
-fn list(blocks: &[u32]) -> String {
-    blocks
-        .iter()
-        .map(|b| format!("{b}:{b}"))
-        .collect::<Vec<_>>()
-        .join(",")
 }
 
 fn all() -> Vec<u32> {
@@ -96,13 +88,12 @@ impl TargetSideReport {
     }
 }
 
-/// A child's `HOLDS` count of the canary.
-fn holds(child: &mut PeerProcess, seed: u8) -> Fallible<usize> {
-    let reply = child.command(&format!("HOLDS {seed}"))?;
-    reply
-        .strip_prefix("HOLDS ")
-        .and_then(|n| n.parse().ok())
-        .ok_or_else(|| format!("HOLDS: {reply}"))
+/// A child's count of blocks holding `pattern(seed, i)`.
+fn holds(child: &mut SpawnedPeer, seed: u8) -> Fallible<usize> {
+    match child.request(&Request::Holds { seed })? {
+        Reply::Holds { blocks } => Ok(blocks),
+        other => Err(format!("Holds: {other:?}")),
+    }
 }
 
 /// How many blocks of `t` hold the canary.
@@ -121,14 +112,6 @@ fn fill_canary(t: &dyn Transport) -> Fallible<()> {
         t.region()
             .write_block(i, &pattern(CANARY, i, LEN))
             .map_err(|e| e.to_string())?;
-    }
-    Ok(())
-}
-
-fn expect_ok(child: &mut PeerProcess, line: &str) -> Fallible<()> {
-    let reply = child.command(line)?;
-    if reply != "OK" {
-        return Err(format!("{line}: {reply}"));
     }
     Ok(())
 }
@@ -160,7 +143,7 @@ pub fn target_side_with(
     for during in [false, true] {
         for op in [Op::Write, Op::Read] {
             let me = open(backend, BLOCKS, LEN, opts)?;
-            let mut child = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
+            let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
             let peer = PeerId::from("child");
             me.add_remote_peer(&peer, &child.descriptor)
                 .map_err(|e| e.to_string())?;
@@ -175,7 +158,7 @@ pub fn target_side_with(
                 }
             }
             let started = Instant::now();
-            expect_ok(&mut child, &format!("CLOSE {CANARY}"))?;
+            child.expect_ok(&Request::Close { seed: CANARY })?;
             if !during {
                 for _ in 0..2 {
                     ids.extend(report.post(&*me, &peer, op)?);
@@ -209,22 +192,26 @@ pub fn target_side_with(
 
     // 2. This process is the target; the child initiates.
     for during in [false, true] {
-        for (op, cmd) in [(Op::Write, "POST"), (Op::Read, "POSTREAD")] {
+        for op in [Op::Write, Op::Read] {
             let me = open(backend, BLOCKS, LEN, opts)?;
-            let mut child = PeerProcess::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
-            let desc = hex::encode(me.descriptor().map_err(|e| e.to_string())?.to_bytes());
-            expect_ok(&mut child, &format!("ADD parent {desc}"))?;
+            let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
+            let desc = me.descriptor().map_err(|e| e.to_string())?;
+            child.expect_ok(&Request::add("parent", &desc))?;
             let what = format!(
                 "this side closed {} the child's {op}s",
                 if during { "during" } else { "before" }
             );
             let mut posted = 0;
-            let mut post = |child: &mut PeerProcess| -> Fallible<()> {
-                let reply = child.command(&format!("{cmd} parent {}", list(&all())))?;
-                if reply.starts_with("ID ") {
-                    posted += 1;
-                } else if !reply.starts_with("REFUSED ") {
-                    return Err(format!("{what}: {cmd}: {reply}"));
+            let mut post = |child: &mut SpawnedPeer| -> Fallible<()> {
+                let command = Request::Post {
+                    op,
+                    name: "parent".into(),
+                    pairs: all().into_iter().map(|b| (b, b)).collect(),
+                };
+                match child.request(&command)? {
+                    Reply::Id { .. } => posted += 1,
+                    Reply::Refused { .. } => {}
+                    other => return Err(format!("{what}: {command:?}: {other:?}")),
                 }
                 Ok(())
             };
@@ -240,19 +227,21 @@ pub fn target_side_with(
                     post(&mut child)?;
                 }
             }
-            let reply = child.command(&format!("SETTLE {}", bound.as_millis()))?;
-            let words: Vec<&str> = reply.split_whitespace().collect();
-            match words.as_slice() {
-                ["SETTLED", done, _failed, ms, ..] => {
-                    let done: usize = done.parse().map_err(|e| format!("{reply}: {e}"))?;
-                    let ms: u64 = ms.parse().map_err(|e| format!("{reply}: {e}"))?;
-                    report.surfaced_after = report.surfaced_after.max(Duration::from_millis(ms));
+            let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
+            match child.request(&Request::Settle { ms })? {
+                Reply::Settled {
+                    done, elapsed_ms, ..
+                } => {
+                    report.surfaced_after =
+                        report.surfaced_after.max(Duration::from_millis(elapsed_ms));
                     if !during && done > 0 {
-                        return Err(format!("{what}: {done} of {posted} reported done: {reply}"));
+                        return Err(format!(
+                            "{what}: {done} of {posted} reported done after the close"
+                        ));
                     }
                     report.done_before_close += if during { done } else { 0 };
                 }
-                _ => return Err(format!("{what}: {reply}")),
+                other => return Err(format!("{what}: {other:?}")),
             }
             settle();
             let n = local_holds(&*me)?;

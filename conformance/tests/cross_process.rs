@@ -15,11 +15,13 @@ fn shm_between_two_processes() {
 #[test]
 fn shm_forbidden_cross_process_access_is_a_clear_error() {
     use blockwire::{BackendErrorKind, Error, Region, Transport, TransportOptions};
-    use blockwire_conformance::peer::{PeerProcess, is_root};
+    use blockwire_conformance::peer::{Reply, Request, SpawnedPeer, is_root};
 
     let exe = env!("CARGO_BIN_EXE_blockwire-peer");
-    let mut child = PeerProcess::spawn(exe, "shm", 4, 4096, 3, "").expect("spawn");
-    assert_eq!(child.command("DROP").expect("DROP"), "OK");
+    let mut child = SpawnedPeer::spawn(exe, "shm", 4, 4096, 3, "").expect("spawn");
+    child
+        .expect_ok(&Request::DropAccess)
+        .expect("the peer drops its access rights");
     let me = blockwire::open(
         "shm",
         Region::new(4, 4096).expect("region"),
@@ -27,14 +29,13 @@ fn shm_forbidden_cross_process_access_is_a_clear_error() {
     )
     .expect("open");
     if is_root() {
-        let desc = hex::encode(me.descriptor().expect("descriptor").to_bytes());
-        let reply = child.command(&format!("ADD parent {desc}")).expect("ADD");
-        assert!(
-            reply.starts_with("ERR"),
-            "an unprivileged peer reached root's memory: {reply}"
-        );
-        assert!(reply.contains("forbids"), "unclear error: {reply}");
-        eprintln!("peer said: {reply}");
+        let desc = me.descriptor().expect("descriptor");
+        let reply = child.request(&Request::add("parent", &desc)).expect("Add");
+        let Reply::Err { message } = &reply else {
+            panic!("an unprivileged peer reached root's memory: {reply:?}");
+        };
+        assert!(message.contains("forbids"), "unclear error: {message}");
+        eprintln!("peer said: {message}");
     } else {
         let err = me
             .add_remote_peer(&"child".into(), &child.descriptor)
@@ -57,10 +58,10 @@ fn shm_forbidden_cross_process_access_is_a_clear_error() {
 #[test]
 fn shm_descriptor_not_matching_a_registered_region_is_refused() {
     use blockwire::{BackendErrorKind, Error, Region, Transport, TransportOptions};
-    use blockwire_conformance::peer::PeerProcess;
+    use blockwire_conformance::peer::SpawnedPeer;
 
     let exe = env!("CARGO_BIN_EXE_blockwire-peer");
-    let child = PeerProcess::spawn(exe, "shm", 8, 4096, 3, "").expect("spawn");
+    let child = SpawnedPeer::spawn(exe, "shm", 8, 4096, 3, "").expect("spawn");
     let me = blockwire::open(
         "shm",
         Region::new(8, 4096).expect("region"),

@@ -30,7 +30,8 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use blockwire_conformance::peer::{PeerProcess, is_root};
+use blockwire::Op;
+use blockwire_conformance::peer::{Reply, Request, SpawnedPeer, is_root};
 
 /// How long the writes in flight at the cut may take to surface.
 const BOUND: Duration = Duration::from_secs(10);
@@ -122,14 +123,6 @@ impl Drop for Hosts {
     }
 }
 
-fn expect(reply: String, want: &str, what: &str) -> Result<(), String> {
-    if reply == want {
-        Ok(())
-    } else {
-        Err(format!("{what}: {reply}"))
-    }
-}
-
 /// How one backend setting is run.
 struct Setting<'a> {
     exe: &'a str,
@@ -169,7 +162,7 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
     let spawn = |i: usize, seed: u8| {
         let env = env(&hosts.dev[i]);
         let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        PeerProcess::spawn_in_netns(
+        SpawnedPeer::spawn_in_netns(
             &hosts.ns[i],
             &env,
             exe,
@@ -181,70 +174,97 @@ fn two_hosts(setting: Setting<'_>) -> Result<(), String> {
         )
     };
     let (mut a, mut b) = (spawn(0, 1)?, spawn(1, 2)?);
-    let hex = |p: &PeerProcess| hex::encode(p.descriptor.to_bytes());
-    expect(a.command(&format!("ADD b {}", hex(&b)))?, "OK", "a ADD b")?;
-    expect(b.command(&format!("ADD a {}", hex(&a)))?, "OK", "b ADD a")?;
-    expect(a.command("WRITE b 0:5,1:6")?, "OK", "a WRITE b")?;
-    expect(b.command("VERIFY 1 5:0,6:1")?, "OK", "b after a's write")?;
-    expect(b.command("WRITE a 3:9")?, "OK", "b WRITE a")?;
-    expect(a.command("VERIFY 2 9:3")?, "OK", "a after b's write")?;
+    let what = |what: &'static str| move |e: String| format!("{what}: {e}");
+    let add_b = Request::add("b", &b.descriptor);
+    a.expect_ok(&add_b).map_err(what("a adds b"))?;
+    let add_a = Request::add("a", &a.descriptor);
+    b.expect_ok(&add_a).map_err(what("b adds a"))?;
+    let write = |name: &str, pairs: Vec<(u32, u32)>| Request::Write {
+        name: name.into(),
+        pairs,
+    };
+    let verify = |seed: u8, written: Vec<(u32, u32)>| Request::Verify { seed, written };
+    a.expect_ok(&write("b", vec![(0, 5), (1, 6)]))
+        .map_err(what("a writes b"))?;
+    b.expect_ok(&verify(1, vec![(5, 0), (6, 1)]))
+        .map_err(what("b after a's write"))?;
+    b.expect_ok(&write("a", vec![(3, 9)]))
+        .map_err(what("b writes a"))?;
+    a.expect_ok(&verify(2, vec![(9, 3)]))
+        .map_err(what("a after b's write"))?;
 
     // 30 writes of 16 blocks of 4 MiB (2 GB) from a's blocks 0..16 to b's 16..32, and 10
     // reads of b's blocks 0..16 into a's 16..32, then cut the link under them.
-    let writes: Vec<String> = (0..16).map(|i| format!("{i}:{}", 16 + i)).collect();
-    let reads: Vec<String> = (0..16).map(|i| format!("{}:{i}", 16 + i)).collect();
+    let writes: Vec<(u32, u32)> = (0..16).map(|i| (i, 16 + i)).collect();
+    let reads: Vec<(u32, u32)> = (0..16).map(|i| (16 + i, i)).collect();
     for i in 0..40 {
-        let command = match i % 4 {
-            3 => format!("POSTREAD b {}", reads.join(",")),
-            _ => format!("POST b {}", writes.join(",")),
+        let (op, pairs) = match i % 4 {
+            3 => (Op::Read, reads.clone()),
+            _ => (Op::Write, writes.clone()),
         };
-        let reply = a.command(&command)?;
-        if !reply.starts_with("ID ") {
-            return Err(format!("a {command}: {reply}"));
+        let command = Request::Post {
+            op,
+            name: "b".into(),
+            pairs,
+        };
+        match a.request(&command)? {
+            Reply::Id { .. } => {}
+            other => return Err(format!("a {op}: {other:?}")),
         }
     }
     hosts.cut()?;
-    let reply = a.command(&format!("SETTLE {}", BOUND.as_millis()))?;
-    eprintln!("{backend}: after the cut: {reply}");
-    let words: Vec<&str> = reply.split_whitespace().collect();
-    match words.as_slice() {
-        ["SETTLED", _done, failed, ms, why @ ..] => {
-            let failed: usize = failed.parse().map_err(|e| format!("{reply}: {e}"))?;
-            if failed == 0 {
+    let ms = u64::try_from(BOUND.as_millis()).unwrap_or(u64::MAX);
+    let reply = a.request(&Request::Settle { ms })?;
+    eprintln!("{backend}: after the cut: {reply:?}");
+    match &reply {
+        Reply::Settled {
+            failed,
+            elapsed_ms,
+            first_failure,
+            ..
+        } => {
+            if *failed == 0 {
                 return Err(format!(
-                    "{backend}: every transfer finished before the cut; nothing was tested: {reply}"
+                    "{backend}: every transfer finished before the cut; nothing was tested: \
+                     {reply:?}"
                 ));
             }
             // nixl-sys collapses NIXL's status codes into one error that a status check
             // returns, so a NIXL transfer cannot say why it failed (a failed state check); the
             // others must say remote disconnect.
-            let why = why.join(" ");
+            let why = first_failure.as_deref().unwrap_or("");
             let said = why.starts_with("remote disconnect")
                 || (backend == "nixl" && why.starts_with("state check failed"));
             if !said {
-                return Err(format!("{backend}: not a remote disconnect: {reply}"));
+                return Err(format!("{backend}: not a remote disconnect: {reply:?}"));
             }
-            eprintln!("{backend}: {failed} transfers failed {ms} ms after the cut");
+            eprintln!("{backend}: {failed} transfers failed {elapsed_ms} ms after the cut");
         }
         _ => {
             return Err(format!(
-                "{backend}: transfers still pending {BOUND:?} after the cut: {reply}"
+                "{backend}: transfers still pending {BOUND:?} after the cut: {reply:?}"
             ));
         }
     }
     // No late bytes: every transfer was reported, so none may move a byte any more, even
     // once the link is back. Both sides put their blocks back to their own patterns (as a
     // user reusing them would), the link comes back, and TCP gets time to retransmit.
-    expect(a.command("RESET")?, "OK", "a RESET")?;
-    expect(b.command("RESET")?, "OK", "b RESET")?;
+    a.expect_ok(&Request::Reset).map_err(what("a resets"))?;
+    b.expect_ok(&Request::Reset).map_err(what("b resets"))?;
     hosts.restore()?;
     std::thread::sleep(LATE_BYTES_WAIT);
-    let local = a.command("VERIFY 1 -")?;
-    let remote = b.command("VERIFY 2 -")?;
-    eprintln!("{backend}: after the link came back: initiator {local}, target {remote}");
-    expect(local, "OK", "a (the initiator), after the link came back")?;
-    if !late_writes_at_target {
-        expect(remote, "OK", "b (the target), after the link came back")?;
+    let local = a.request(&verify(1, Vec::new()))?;
+    let remote = b.request(&verify(2, Vec::new()))?;
+    eprintln!("{backend}: after the link came back: initiator {local:?}, target {remote:?}");
+    if local != Reply::Ok {
+        return Err(format!(
+            "a (the initiator), after the link came back: {local:?}"
+        ));
+    }
+    if !late_writes_at_target && remote != Reply::Ok {
+        return Err(format!(
+            "b (the target), after the link came back: {remote:?}"
+        ));
     }
     a.quit()?;
     b.quit()

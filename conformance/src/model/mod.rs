@@ -1,12 +1,19 @@
-//! Model-based random testing of the [`Transport`](blockwire::Transport) contract: run a sequence of [`Op`]s against
-//! real transports of a [`Fixture`] and check every result against a small reference model.
+//! Model-based random testing of the [`Transport`](blockwire::Transport) contract: run a
+//! sequence of [`Action`]s against real transports of a [`Fixture`] and check every result
+//! against a small reference model.
 //!
 //! One run opens a local transport (the only one that posts transfers) and one remote transport
 //! per entry of [`Setup::remote_blocks`] (`r0`, `r1`, ...), with different block counts, and
-//! registers remotes on the local side under the peer names `p0`, `p1`, ... as the operations
-//! say. The operations are abstract (which peer, how many blocks, a number to pick blocks
-//! with), so any sequence is valid input and shrinks well; the runner turns each into concrete
-//! calls and knows, from the model, what every call must return:
+//! registers remotes on the local side under the peer names `p0`, `p1`, ... as the actions
+//! say. The actions are abstract (which peer, how many blocks, a number to pick blocks
+//! with), so any sequence is valid input and shrinks well.
+//!
+//! The model is pure: for each action it says which concrete calls to make (the blocks, ids
+//! and fresh contents it chose) and what each must return, with no transport, clock or thread
+//! of its own; where the contract leaves a result to the backend (an id, what a poll or a
+//! cancel-wait reports) it checks what the runner hands back. The runner makes the calls,
+//! waits where waiting is due (registrations, drains, the backends' live counts) and compares.
+//! What every call must return:
 //!
 //! - **ids**: every id is reported by `poll` exactly once, done or failed, unless a
 //!   `cancel(Wait)` took it (it was asked for and not returned) or `cancel(Immediate)` forgot
@@ -20,12 +27,12 @@
 //!   ever reported faulted (`PollResult::peer_fault`).
 //! - **in flight**: after every step, `in_flight(Some(p))` and `in_flight(None)` equal the
 //!   transfers the model tracks (posted, not reported, not taken by a cancel).
-//! - **data**: the runner only picks blocks that no transfer still in flight touches (including
-//!   ones an immediate cancel forgot, until the next drain), writes fresh content into the
-//!   source blocks before it posts, and at every drain point (poll until nothing is in flight)
-//!   compares every block of every transport with the model. A done transfer's destinations
-//!   hold its sources' content; a failed or cancelled one's are unknown until overwritten;
-//!   source blocks never change.
+//! - **data**: the model only picks blocks that no transfer still in flight touches (including
+//!   ones an immediate cancel forgot, until the next drain), the runner writes fresh content
+//!   into the source blocks before it posts, and at every drain point (poll until nothing is
+//!   in flight) compares every block of every transport with the model. A done transfer's
+//!   destinations hold its sources' content; a failed or cancelled one's are unknown until
+//!   overwritten; source blocks never change.
 //! - **errors**: an unknown peer gives `UnknownPeer`, a bad index list exactly its variant
 //!   (`LengthMismatch`, `EmptyTransfer`, `LocalIndexOutOfRange`, `RemoteIndexOutOfRange`,
 //!   `DuplicateDestination`) and tracks nothing; after `close` every call is `Err(Closed)` and
@@ -38,294 +45,67 @@
 //!   naming its pid must be back to what they were before the run (waiting a little for them
 //!   to settle). Backends may keep process-wide singletons: run [`warm_up`] once first.
 //!
-//! The runner takes a plain `&[Op]`; generating sequences (proptest, a fuzzer, a fixed list)
+//! [`run`] takes a plain `&[Action]`; generating sequences (proptest, a fuzzer, a fixed list)
 //! is the caller's business. [`random`] generates them with proptest, one `libtest` trial per
 //! fixture: `conformance/tests/model.rs` runs it for every backend compiled in but nixl, and
 //! `backends/nixl/tests/nixl_model.rs` for nixl (its own process, like its suite). A violation
 //! names the failing step, what was observed and expected, and the runner's trace of every
-//! call; [`Op::parse_list`] reads a sequence back from its `Debug` lines to replay it.
+//! call.
+//!
+//! # Replaying a failure
+//!
+//! A failing random run prints its seed and the minimal sequence proptest found, as JSON
+//! lines ([`Sequence`]). Either replays it:
+//!
+//! - the seed: `PROPTEST_RNG_SEED=<seed> cargo test -p blockwire-conformance --test model --
+//!   model::shm` generates the same sequences again (and shrinks again);
+//! - the sequence: save the printed lines (the `{"fixture":...,"block_len":...}` header and
+//!   one action per line) to a file and run with `BLOCKWIRE_MODEL_REPLAY=<file>`
+//!   ([`random::replay`]); `BLOCKWIRE_MODEL_SAVE=<file>` writes every sequence there before
+//!   it runs, so one that crashes the process is left behind. From code,
+//!   [`Sequence::from_json_lines`] and [`run`]:
 //!
 //! ```
-//! use blockwire_conformance::model::{self, Dir, Op, Setup};
+//! use blockwire::Op;
+//! use blockwire_conformance::model::{self, Action, Sequence, Setup};
 //! use blockwire_conformance::{Plain, ShmFactory};
 //! let fx = Plain(ShmFactory::default());
-//! let setup = Setup::new(16, 4096);
+//! let saved = Sequence {
+//!     fixture: "model::shm".into(),
+//!     block_len: 4096,
+//!     actions: vec![
+//!         Action::Add { peer: 0, remote: 1 },
+//!         Action::Transfer { op: Op::Write, peer: 0, blocks: 3, pick: 7 },
+//!         Action::Poll { peer: Some(0) },
+//!         Action::Drain,
+//!     ],
+//! }
+//! .to_json_lines();
+//! let seq = Sequence::from_json_lines(&saved)?;
+//! let setup = Setup::new(16, seq.block_len);
 //! model::warm_up(&fx, &setup)?;
-//! let ops = [
-//!     Op::Add { peer: 0, remote: 1 },
-//!     Op::Transfer { dir: Dir::Write, peer: 0, blocks: 3, pick: 7 },
-//!     Op::Poll { peer: Some(0) },
-//!     Op::Drain,
-//! ];
-//! let report = model::run(&fx, &setup, &ops)?;
-//! assert_eq!(report.ops, 4);
-//! # Ok::<(), model::Violation>(())
+//! let report = model::run(&fx, &setup, &seq.actions)?;
+//! assert_eq!((report.ops, report.posted), (4, 1));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 use std::fmt;
 use std::time::Duration;
 
-use blockwire_core::{CancelMode, Op as XferOp};
+use crate::fixture::Fixture;
 
-use crate::fixture::{Fixture, Spec};
-
+mod action;
+mod expected;
 pub mod random;
+mod reference;
 mod resources;
 mod runner;
 mod state;
 
-use resources::*;
-use runner::*;
+pub use action::{Action, Defect, ReplayError, Sequence};
 
-/// Direction of a transfer, seen from the local transport.
-///
-/// ```
-/// use blockwire_conformance::model::Dir;
-/// assert_ne!(Dir::Write, Dir::Read);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dir {
-    /// Local blocks into the peer's blocks.
-    Write,
-    /// The peer's blocks into local blocks.
-    Read,
-}
-
-impl Dir {
-    fn op(self) -> XferOp {
-        match self {
-            Dir::Write => XferOp::Write,
-            Dir::Read => XferOp::Read,
-        }
-    }
-}
-
-/// The one thing wrong with an [`Op::Invalid`] transfer.
-///
-/// ```
-/// use blockwire_conformance::model::Defect;
-/// assert_ne!(Defect::Empty, Defect::LengthMismatch);
-/// ```
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Defect {
-    /// The remote list is one longer than the local list.
-    LengthMismatch,
-    /// Both lists are empty.
-    Empty,
-    /// One local index is past the local region.
-    LocalOutOfRange,
-    /// One remote index is past the peer's region.
-    RemoteOutOfRange,
-    /// The destination list (remote for a WRITE, local for a READ) names a block twice.
-    DuplicateDestination,
-}
-
-/// One step of a sequence. Peer and remote numbers are taken modulo the counts of the
-/// [`Setup`], so every value is valid input.
-///
-/// ```
-/// use blockwire_conformance::model::{Dir, Op};
-/// let ops = vec![
-///     Op::AddAsync { peer: 1, remote: 2 },
-///     Op::Transfer { dir: Dir::Read, peer: 1, blocks: 2, pick: 99 },
-///     Op::Cancel { mode: blockwire::CancelMode::Wait, picks: vec![0, 4] },
-///     Op::Remove { peer: 1 },
-///     Op::Drain,
-/// ];
-/// assert_eq!(ops.len(), 5);
-/// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Op {
-    /// `add_remote_peer(p<peer>, descriptor of r<remote>)`, synchronous.
-    Add {
-        /// Peer name number.
-        peer: u8,
-        /// Remote transport number.
-        remote: u8,
-    },
-    /// `add_remote_peer_async(p<peer>, descriptor of r<remote>)`; the handle is kept and
-    /// checked once the runner needs the peer's state settled (a transfer to it, a drain,
-    /// close).
-    AddAsync {
-        /// Peer name number.
-        peer: u8,
-        /// Remote transport number.
-        remote: u8,
-    },
-    /// `remove_remote_peer(p<peer>)`.
-    Remove {
-        /// Peer name number.
-        peer: u8,
-    },
-    /// A valid WRITE or READ of up to `blocks` blocks (fewer when fewer are free, none when
-    /// none are) to `p<peer>`, on blocks `pick` chooses among those no transfer in flight
-    /// touches. Sources get fresh content first; `pick` also decides whether a source block
-    /// repeats (allowed: only destinations must differ). Expects `UnknownPeer` when the peer
-    /// is not published.
-    Transfer {
-        /// WRITE or READ.
-        dir: Dir,
-        /// Peer name number.
-        peer: u8,
-        /// Most blocks to move (at least one is tried).
-        blocks: u8,
-        /// Chooses the blocks.
-        pick: u64,
-    },
-    /// A transfer with exactly one [`Defect`]; must be refused with that defect's error (or
-    /// `UnknownPeer` when the peer is not published) and leave nothing tracked.
-    Invalid {
-        /// WRITE or READ.
-        dir: Dir,
-        /// Peer name number.
-        peer: u8,
-        /// What is wrong with it.
-        defect: Defect,
-        /// Chooses the indices.
-        pick: u64,
-    },
-    /// `poll(Some(p<peer>))`, or `poll(None)`.
-    Poll {
-        /// Peer name number, or every peer.
-        peer: Option<u8>,
-    },
-    /// `cancel(ids, mode)`. Each pick chooses an id: mostly one in flight (`pick % 4 != 3`;
-    /// two picks may choose the same one), else one already finished or one never issued.
-    Cancel {
-        /// Immediate or wait.
-        mode: CancelMode,
-        /// One id per pick.
-        picks: Vec<u32>,
-    },
-    /// A drain point: settle every registration, poll every peer until nothing is in flight
-    /// (bounded by [`Setup::timeout`]), then compare every block of every transport and the
-    /// peer table with the model.
-    Drain,
-    /// `close()` of the local transport (again: still `Ok`). Every later call must be
-    /// `Err(Closed)`.
-    Close,
-}
-
-impl Op {
-    /// Parses operations written as `Debug` prints them (what a failure report and a saved
-    /// sequence list), one per line; a trailing comma, blank lines and `//` comments are
-    /// ignored.
-    ///
-    /// ```
-    /// use blockwire_conformance::model::{Dir, Op};
-    /// let text = "// a saved sequence\n\
-    ///             Add { peer: 0, remote: 2 },\n\
-    ///             Transfer { dir: Write, peer: 0, blocks: 3, pick: 42 },\n\
-    ///             Cancel { mode: Wait, picks: [1, 7] },\n\
-    ///             Poll { peer: None },\n\
-    ///             Drain,";
-    /// let ops = Op::parse_list(text)?;
-    /// assert_eq!(ops[1], Op::Transfer { dir: Dir::Write, peer: 0, blocks: 3, pick: 42 });
-    /// assert_eq!(ops.len(), 5);
-    /// let again = ops.iter().map(|op| format!("{op:?}")).collect::<Vec<_>>().join("\n");
-    /// assert_eq!(Op::parse_list(&again)?, ops);
-    /// assert!(Op::parse_list("Jump { peer: 1 }").is_err());
-    /// # Ok::<(), String>(())
-    /// ```
-    pub fn parse_list(text: &str) -> Result<Vec<Op>, String> {
-        text.lines()
-            .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.starts_with("//"))
-            .map(|l| Op::parse(l).map_err(|e| format!("{l:?}: {e}")))
-            .collect()
-    }
-
-    fn parse(line: &str) -> Result<Op, String> {
-        let words: Vec<&str> = line
-            .split(|c: char| !c.is_ascii_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .collect();
-        // Field names and values alternate after the variant: `Add peer 0 remote 2`.
-        let field = |name: &str| -> Result<&str, String> {
-            let at = words
-                .iter()
-                .position(|w| *w == name)
-                .ok_or_else(|| format!("no field {name}"))?;
-            words
-                .get(at + 1)
-                .copied()
-                .ok_or_else(|| format!("no value for {name}"))
-        };
-        let num = |name: &str| -> Result<u64, String> {
-            field(name)?
-                .parse()
-                .map_err(|e| format!("field {name}: {e}"))
-        };
-        let small = |name: &str| -> Result<u8, String> {
-            u8::try_from(num(name)?).map_err(|e| format!("field {name}: {e}"))
-        };
-        let dir = || match field("dir")? {
-            "Write" => Ok(Dir::Write),
-            "Read" => Ok(Dir::Read),
-            other => Err(format!("no direction {other}")),
-        };
-        let op = match words.first().copied().unwrap_or_default() {
-            "Add" => Op::Add {
-                peer: small("peer")?,
-                remote: small("remote")?,
-            },
-            "AddAsync" => Op::AddAsync {
-                peer: small("peer")?,
-                remote: small("remote")?,
-            },
-            "Remove" => Op::Remove {
-                peer: small("peer")?,
-            },
-            "Transfer" => Op::Transfer {
-                dir: dir()?,
-                peer: small("peer")?,
-                blocks: small("blocks")?,
-                pick: num("pick")?,
-            },
-            "Invalid" => Op::Invalid {
-                dir: dir()?,
-                peer: small("peer")?,
-                defect: match field("defect")? {
-                    "LengthMismatch" => Defect::LengthMismatch,
-                    "Empty" => Defect::Empty,
-                    "LocalOutOfRange" => Defect::LocalOutOfRange,
-                    "RemoteOutOfRange" => Defect::RemoteOutOfRange,
-                    "DuplicateDestination" => Defect::DuplicateDestination,
-                    other => return Err(format!("no defect {other}")),
-                },
-                pick: num("pick")?,
-            },
-            "Poll" => Op::Poll {
-                peer: match field("peer")? {
-                    "None" => None,
-                    _ => Some(
-                        words
-                            .get(3)
-                            .and_then(|w| w.parse().ok())
-                            .ok_or("field peer: expected Some(n) or None")?,
-                    ),
-                },
-            },
-            "Cancel" => Op::Cancel {
-                mode: match field("mode")? {
-                    "Wait" => CancelMode::Wait,
-                    "Immediate" => CancelMode::Immediate,
-                    other => return Err(format!("no cancel mode {other}")),
-                },
-                picks: words
-                    .iter()
-                    .skip_while(|w| **w != "picks")
-                    .skip(1)
-                    .map(|w| w.parse().map_err(|e| format!("field picks: {e}")))
-                    .collect::<Result<_, String>>()?,
-            },
-            "Drain" => Op::Drain,
-            "Close" => Op::Close,
-            other => return Err(format!("no operation {other}")),
-        };
-        Ok(op)
-    }
-}
+use resources::Resources;
+use runner::Runner;
 
 /// The transports one run opens, and its time limits.
 ///
@@ -468,15 +248,20 @@ impl fmt::Display for Report {
 ///
 /// ```
 /// use blockwire_conformance::model::Violation;
-/// let v = Violation { step: Some(2), op: Some("Drain".into()), message: "x".into(), trace: vec![] };
-/// assert!(v.to_string().starts_with("step 2 (Drain): x"));
+/// let v = Violation {
+///     step: Some(2),
+///     action: Some(r#""Drain""#.into()),
+///     message: "x".into(),
+///     trace: vec![],
+/// };
+/// assert!(v.to_string().starts_with(r#"step 2 ("Drain"): x"#));
 /// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Violation {
-    /// Index of the operation that found it; `None` for the checks after the last one.
+    /// Index of the action that found it; `None` for the checks after the last one.
     pub step: Option<usize>,
-    /// That operation, as `Debug` prints it.
-    pub op: Option<String>,
+    /// That action, as one line of JSON ([`Action::to_json`]).
+    pub action: Option<String>,
     /// What was observed, and what was expected.
     pub message: String,
     /// What the runner did up to then, one line per call.
@@ -485,7 +270,7 @@ pub struct Violation {
 
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (&self.step, &self.op) {
+        match (&self.step, &self.action) {
             (Some(step), Some(op)) => write!(f, "step {step} ({op}): {}", self.message)?,
             (Some(step), None) => write!(f, "step {step}: {}", self.message)?,
             _ => write!(f, "after the last step: {}", self.message)?,
@@ -502,26 +287,26 @@ impl fmt::Display for Violation {
 
 impl std::error::Error for Violation {}
 
-/// Runs `ops` against fresh transports of `fx` shaped by `setup`, checks every result against
-/// the model, then closes and drops everything and checks that nothing leaked (see the module
-/// docs). Returns what ran, or the first violation.
+/// Runs `actions` against fresh transports of `fx` shaped by `setup`, checks every result
+/// against the model, then closes and drops everything and checks that nothing leaked (see
+/// the module docs). Returns what ran, or the first violation.
 ///
 /// ```
-/// use blockwire_conformance::model::{self, Op, Setup};
+/// use blockwire_conformance::model::{self, Action, Setup};
 /// use blockwire_conformance::{Plain, ShmFactory};
 /// let fx = Plain(ShmFactory::default());
 /// let setup = Setup::new(16, 4096);
 /// model::warm_up(&fx, &setup)?;
-/// let report = model::run(&fx, &setup, &[Op::Add { peer: 0, remote: 0 }, Op::Close])?;
+/// let report = model::run(&fx, &setup, &[Action::Add { peer: 0, remote: 0 }, Action::Close])?;
 /// assert_eq!(report.ops, 2);
 /// # Ok::<(), model::Violation>(())
 /// ```
-pub fn run<F: Fixture>(fx: &F, setup: &Setup, ops: &[Op]) -> Result<Report, Violation> {
+pub fn run<F: Fixture>(fx: &F, setup: &Setup, actions: &[Action]) -> Result<Report, Violation> {
     let before = Resources::now();
-    let report = run_unchecked(fx, setup, ops)?;
+    let report = run_unchecked(fx, setup, actions)?;
     before.settled(setup.timeout).map_err(|message| Violation {
         step: None,
-        op: None,
+        action: None,
         message,
         trace: Vec::new(),
     })?;
@@ -539,46 +324,52 @@ pub fn run<F: Fixture>(fx: &F, setup: &Setup, ops: &[Op]) -> Result<Report, Viol
 /// # Ok::<(), model::Violation>(())
 /// ```
 pub fn warm_up<F: Fixture>(fx: &F, setup: &Setup) -> Result<(), Violation> {
-    let ops = [
-        Op::Add { peer: 0, remote: 0 },
-        Op::AddAsync { peer: 1, remote: 1 },
-        Op::Transfer {
-            dir: Dir::Write,
+    let actions = [
+        Action::Add { peer: 0, remote: 0 },
+        Action::AddAsync { peer: 1, remote: 1 },
+        Action::Transfer {
+            op: blockwire_core::Op::Write,
             peer: 0,
             blocks: 1,
             pick: 0,
         },
-        Op::Transfer {
-            dir: Dir::Read,
+        Action::Transfer {
+            op: blockwire_core::Op::Read,
             peer: 1,
             blocks: 1,
             pick: 0,
         },
-        Op::Drain,
-        Op::Close,
+        Action::Drain,
+        Action::Close,
     ];
-    run_unchecked(fx, setup, &ops).map(|_| ())
+    run_unchecked(fx, setup, &actions).map(|_| ())
 }
 
-fn run_unchecked<F: Fixture>(fx: &F, setup: &Setup, ops: &[Op]) -> Result<Report, Violation> {
+fn run_unchecked<F: Fixture>(
+    fx: &F,
+    setup: &Setup,
+    actions: &[Action],
+) -> Result<Report, Violation> {
     let mut runner = Runner::open(fx, setup).map_err(|message| Violation {
         step: None,
-        op: None,
+        action: None,
         message: format!("{}: opening the transports: {message}", fx.name()),
         trace: Vec::new(),
     })?;
-    for (i, op) in ops.iter().enumerate() {
-        runner.trace.push(format!("#{i} {op:?}"));
-        if let Err(message) = runner.step(op) {
+    for (i, action) in actions.iter().enumerate() {
+        let json = action.to_json();
+        runner.trace.push(format!("#{i} {json}"));
+        if let Err(message) = runner.step(action) {
             return Err(Violation {
                 step: Some(i),
-                op: Some(format!("{op:?}")),
+                action: Some(json),
                 message,
                 trace: std::mem::take(&mut runner.trace),
             });
         }
         runner.report.ops += 1;
-        runner.report.max_in_flight = runner.report.max_in_flight.max(runner.m.tracked.len());
+        let (in_flight, _) = runner.model.in_flight();
+        runner.report.max_in_flight = runner.report.max_in_flight.max(in_flight);
     }
     runner
         .trace
@@ -586,14 +377,11 @@ fn run_unchecked<F: Fixture>(fx: &F, setup: &Setup, ops: &[Op]) -> Result<Report
     let trace = runner.trace.clone();
     runner.finish().map_err(|message| Violation {
         step: None,
-        op: None,
+        action: None,
         message,
         trace,
     })
 }
-
-// ---------------------------------------------------------------------------------------------
-// Block content.
 
 #[cfg(test)]
 mod tests {

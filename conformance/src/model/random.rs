@@ -1,5 +1,5 @@
 //! Long random runs of the [model](super) under proptest: the strategies that generate
-//! sequences of [`Op`]s, the run configuration, and one `libtest` trial per fixture
+//! sequences of [`Action`]s, the run configuration, and one `libtest` trial per fixture
 //! ([`trial`]) that warms the fixture up, runs proptest's sequences through [`run`](super::run)
 //! (each against fresh transports, each followed by the leak checks) and prints what ran.
 //!
@@ -26,10 +26,10 @@
 //!   `BLOCKWIRE_MODEL_REPLAY`, how many times to replay (default once).
 //! - `PROPTEST_RNG_SEED`: the seed (decimal); without it each trial picks one from the clock
 //!   and prints it, so a failing run can be replayed exactly.
-//! - `BLOCKWIRE_MODEL_SAVE=FILE`: write each sequence there ([`listing`]) before running it,
-//!   so one that crashes the process is left behind.
-//! - `BLOCKWIRE_MODEL_REPLAY=FILE`: run the sequence saved there ([`parse_listing`]) instead
-//!   of generating any ([`replay`]).
+//! - `BLOCKWIRE_MODEL_SAVE=FILE`: write each sequence there (JSON lines, [`Sequence`])
+//!   before running it, so one that crashes the process is left behind.
+//! - `BLOCKWIRE_MODEL_REPLAY=FILE`: run the sequence saved there ([`Sequence`]) instead of
+//!   generating any ([`replay`]).
 //! - `PROPTEST_MAX_SHRINK_ITERS` (default [`DEFAULT_MAX_SHRINK_ITERS`] here) and
 //!   `PROPTEST_MAX_SHRINK_TIME` (milliseconds, default [`DEFAULT_MAX_SHRINK_TIME_MS`] here):
 //!   how long proptest may shrink a failing sequence. Every other `PROPTEST_*` variable works
@@ -37,21 +37,22 @@
 //!   failure persistence (off: replay by seed or by file).
 //! - `RUST_LOG`: a `tracing` filter for the backends' logs ([`run_trials`]).
 //!
-//! A failure prints the seed, the minimal sequence proptest found (as [`Op::parse_list`] reads
-//! it back) and the runner's trace of it.
+//! A failure prints the seed, the minimal sequence proptest found (as JSON lines: save them
+//! to a file for `BLOCKWIRE_MODEL_REPLAY`, see [the model's docs](super#replaying-a-failure))
+//! and the runner's trace of it.
 
 use std::cell::RefCell;
 use std::time::Instant;
 
-use blockwire_core::CancelMode;
+use blockwire_core::{CancelMode, Op};
 use libtest_mimic::{Conclusion, Failed, Trial};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestError, TestRunner};
 
-use super::{Defect, Dir, Op, Report, Setup};
+use super::{Action, Defect, Report, Sequence, Setup};
 use crate::fixture::Fixture;
 
-/// Most operations [`sequence`] generates after its initial adds (at most 3 of those).
+/// Most actions [`sequence`] generates after its initial adds (at most 3 of those).
 pub const MAX_OPS: usize = 37;
 
 /// Sequences per fixture when `BLOCKWIRE_MODEL_CASES` is not set.
@@ -70,14 +71,15 @@ pub const NUM_BLOCKS: u32 = 16;
 /// WRITE three times in five, READ otherwise.
 ///
 /// ```
-/// use blockwire_conformance::model::{random, Dir};
+/// use blockwire::Op;
+/// use blockwire_conformance::model::random;
 /// use proptest::strategy::{Strategy, ValueTree};
 /// let mut runner = proptest::test_runner::TestRunner::deterministic();
-/// let d = random::dir().new_tree(&mut runner).expect("a value").current();
-/// assert!(matches!(d, Dir::Write | Dir::Read));
+/// let op = random::op().new_tree(&mut runner).expect("a value").current();
+/// assert!(matches!(op, Op::Write | Op::Read));
 /// ```
-pub fn dir() -> impl Strategy<Value = Dir> {
-    prop_oneof![3 => Just(Dir::Write), 2 => Just(Dir::Read)]
+pub fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![3 => Just(Op::Write), 2 => Just(Op::Read)]
 }
 
 /// Every [`Defect`], equally often.
@@ -102,65 +104,65 @@ pub fn defect() -> impl Strategy<Value = Defect> {
     ]
 }
 
-/// One operation: mostly valid transfers (40 in 97), then polls, cancels, adds, removes,
+/// One action: mostly valid transfers (40 in 97), then polls, cancels, adds, removes,
 /// invalid transfers and drains; `Close` is rare (1 in 97, about one sequence in five), since
 /// every call after it is only `Err(Closed)`. Peer and remote numbers are `0..3`, a transfer
 /// moves 1 to 4 blocks, a cancel names 1 to 4 ids.
 ///
 /// ```
-/// use blockwire_conformance::model::{random, Op};
+/// use blockwire_conformance::model::{random, Action};
 /// use proptest::strategy::{Strategy, ValueTree};
 /// let mut runner = proptest::test_runner::TestRunner::deterministic();
-/// let ops: Vec<Op> = (0..500)
-///     .map(|_| random::op().new_tree(&mut runner).expect("a value").current())
+/// let actions: Vec<Action> = (0..500)
+///     .map(|_| random::action().new_tree(&mut runner).expect("a value").current())
 ///     .collect();
-/// assert!(ops.iter().any(|op| matches!(op, Op::Transfer { .. })));
-/// assert!(ops.iter().all(|op| match op {
-///     Op::Transfer { peer, blocks, .. } => *peer < 3 && (1..=4).contains(blocks),
-///     Op::Cancel { picks, .. } => (1..=4).contains(&picks.len()),
+/// assert!(actions.iter().any(|a| matches!(a, Action::Transfer { .. })));
+/// assert!(actions.iter().all(|a| match a {
+///     Action::Transfer { peer, blocks, .. } => *peer < 3 && (1..=4).contains(blocks),
+///     Action::Cancel { picks, .. } => (1..=4).contains(&picks.len()),
 ///     _ => true,
 /// }));
 /// ```
-pub fn op() -> impl Strategy<Value = Op> {
+pub fn action() -> impl Strategy<Value = Action> {
     let peer = || 0u8..3;
     let remote = || 0u8..3;
     let mode = prop_oneof![Just(CancelMode::Wait), Just(CancelMode::Immediate)];
     prop_oneof![
-        7 => (peer(), remote()).prop_map(|(peer, remote)| Op::Add { peer, remote }),
-        6 => (peer(), remote()).prop_map(|(peer, remote)| Op::AddAsync { peer, remote }),
-        5 => peer().prop_map(|peer| Op::Remove { peer }),
-        40 => (dir(), peer(), 1u8..=4, any::<u64>())
-            .prop_map(|(dir, peer, blocks, pick)| Op::Transfer { dir, peer, blocks, pick }),
-        6 => (dir(), peer(), defect(), any::<u64>())
-            .prop_map(|(dir, peer, defect, pick)| Op::Invalid { dir, peer, defect, pick }),
-        12 => peer().prop_map(|p| Op::Poll { peer: Some(p) }),
-        4 => Just(Op::Poll { peer: None }),
+        7 => (peer(), remote()).prop_map(|(peer, remote)| Action::Add { peer, remote }),
+        6 => (peer(), remote()).prop_map(|(peer, remote)| Action::AddAsync { peer, remote }),
+        5 => peer().prop_map(|peer| Action::Remove { peer }),
+        40 => (op(), peer(), 1u8..=4, any::<u64>())
+            .prop_map(|(op, peer, blocks, pick)| Action::Transfer { op, peer, blocks, pick }),
+        6 => (op(), peer(), defect(), any::<u64>())
+            .prop_map(|(op, peer, defect, pick)| Action::Invalid { op, peer, defect, pick }),
+        12 => peer().prop_map(|p| Action::Poll { peer: Some(p) }),
+        4 => Just(Action::Poll { peer: None }),
         12 => (mode, prop::collection::vec(any::<u32>(), 1..=4))
-            .prop_map(|(mode, picks)| Op::Cancel { mode, picks }),
-        4 => Just(Op::Drain),
-        1 => Just(Op::Close),
+            .prop_map(|(mode, picks)| Action::Cancel { mode, picks }),
+        4 => Just(Action::Drain),
+        1 => Just(Action::Close),
     ]
 }
 
 /// A sequence: up to three synchronous adds first (so most sequences move data early), then
-/// 1 to [`MAX_OPS`] of [`op`].
+/// 1 to [`MAX_OPS`] of [`action`].
 ///
 /// ```
-/// use blockwire_conformance::model::{random, Op};
+/// use blockwire_conformance::model::random;
 /// use proptest::strategy::{Strategy, ValueTree};
 /// let mut runner = proptest::test_runner::TestRunner::deterministic();
 /// for _ in 0..50 {
-///     let ops = random::sequence().new_tree(&mut runner).expect("a value").current();
-///     assert!((1..=3 + random::MAX_OPS).contains(&ops.len()));
+///     let actions = random::sequence().new_tree(&mut runner).expect("a value").current();
+///     assert!((1..=3 + random::MAX_OPS).contains(&actions.len()));
 /// }
 /// ```
-pub fn sequence() -> impl Strategy<Value = Vec<Op>> {
+pub fn sequence() -> impl Strategy<Value = Vec<Action>> {
     let adds = prop::collection::vec(
-        (0u8..3, 0u8..3).prop_map(|(peer, remote)| Op::Add { peer, remote }),
+        (0u8..3, 0u8..3).prop_map(|(peer, remote)| Action::Add { peer, remote }),
         0..=3,
     );
-    (adds, prop::collection::vec(op(), 1..=MAX_OPS)).prop_map(|(mut adds, ops)| {
-        adds.extend(ops);
+    (adds, prop::collection::vec(action(), 1..=MAX_OPS)).prop_map(|(mut adds, actions)| {
+        adds.extend(actions);
         adds
     })
 }
@@ -285,22 +287,26 @@ pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
         let runs = RefCell::new(0usize);
         let total = RefCell::new(Report::default());
         let strategy = (block_len(&block_lens), sequence());
-        let result = runner.run(&strategy, |(len, ops)| {
+        let result = runner.run(&strategy, |(len, actions)| {
             *runs.borrow_mut() += 1;
+            let sequence = |actions: &[Action]| Sequence {
+                fixture: name.clone(),
+                block_len: len,
+                actions: actions.to_vec(),
+            };
             if let Some(path) = &save {
                 // Written before the run: a sequence that crashes the process stays there.
-                std::fs::write(path, listing(&name, len, &ops)).map_err(|e| {
+                std::fs::write(path, sequence(&actions).to_json_lines()).map_err(|e| {
                     TestCaseError::fail(format!("writing the sequence to {path}: {e}"))
                 })?;
             }
-            let report = super::run(&fx, &setup(len), &ops).map_err(|v| {
-                // The operations after the failing one never ran: list the ones that did.
-                let ran = v.step.map_or(ops.len(), |s| s + 1);
-                let listed: Vec<String> =
-                    ops[..ran].iter().map(|op| format!("    {op:?},")).collect();
+            let report = super::run(&fx, &setup(len), &actions).map_err(|v| {
+                // The actions after the failing one never ran: list the ones that did.
+                let ran = v.step.map_or(actions.len(), |s| s + 1);
                 TestCaseError::fail(format!(
-                    "{v}\nthe {ran} operations that ran (block_len {len}):\n{}",
-                    listed.join("\n")
+                    "{v}\nthe {ran} actions that ran, as JSON lines (save them to a file and \
+                     replay it with BLOCKWIRE_MODEL_REPLAY=<file>):\n{}",
+                    sequence(&actions[..ran]).to_json_lines()
                 ))
             })?;
             total.borrow_mut().merge(&report);
@@ -315,11 +321,11 @@ pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
         );
         match result {
             Ok(()) => Ok(()),
-            Err(TestError::Fail(reason, (len, ops))) => Err(format!(
+            Err(TestError::Fail(reason, (len, actions))) => Err(format!(
                 "{name}: the model found a contract violation (replay: \
                  PROPTEST_RNG_SEED={seed}); the minimal sequence proptest found has {} \
-                 operations, block_len {len}:\n{reason}",
-                ops.len()
+                 actions, block_len {len}:\n{reason}",
+                actions.len()
             )
             .into()),
             Err(e) => Err(format!("{name}: {e}").into()),
@@ -327,78 +333,47 @@ pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
     })
 }
 
-/// A sequence as `BLOCKWIRE_MODEL_SAVE` writes it and `BLOCKWIRE_MODEL_REPLAY` reads it: a
-/// `//` comment naming the fixture, `block_len <n>`, then one `Debug`-printed operation per
-/// line.
+/// Runs the sequence saved at `path` (JSON lines, [`Sequence`]) against `fx`,
+/// `BLOCKWIRE_MODEL_CASES` times (default once), each a full [`run`](super::run) with its
+/// leak checks; `name` prefixes what it prints and returns. [`trial`] calls it when
+/// `BLOCKWIRE_MODEL_REPLAY` is set (after its warm-up, which a caller of its own should do
+/// too).
 ///
 /// ```
-/// use blockwire_conformance::model::{random, Op};
-/// let text = random::listing("model::shm", 4096, &[Op::Drain, Op::Close]);
-/// assert_eq!(text, "// model::shm\nblock_len 4096\nDrain,\nClose,\n");
-/// ```
-pub fn listing(fixture: &str, block_len: usize, ops: &[Op]) -> String {
-    let mut text = format!("// {fixture}\nblock_len {block_len}\n");
-    for op in ops {
-        text.push_str(&format!("{op:?},\n"));
-    }
-    text
-}
-
-/// Reads a [`listing`] back: the block length (4096 when no `block_len` line says) and the
-/// operations ([`Op::parse_list`]).
-///
-/// ```
-/// use blockwire_conformance::model::{random, Op};
-/// let ops = vec![Op::Add { peer: 0, remote: 1 }, Op::Poll { peer: Some(0) }, Op::Drain];
-/// let text = random::listing("model::shm", 1 << 20, &ops);
-/// assert_eq!(random::parse_listing(&text)?, (1 << 20, ops));
-/// assert_eq!(random::parse_listing("Drain,")?, (4096, vec![Op::Drain]));
-/// assert!(random::parse_listing("block_len many").is_err());
-/// # Ok::<(), String>(())
-/// ```
-pub fn parse_listing(text: &str) -> Result<(usize, Vec<Op>), String> {
-    let mut len = 4096;
-    let mut ops_text = String::new();
-    for line in text.lines() {
-        match line.trim().strip_prefix("block_len ") {
-            Some(n) => len = n.trim().parse().map_err(|e| format!("block_len: {e}"))?,
-            None => {
-                ops_text.push_str(line);
-                ops_text.push('\n');
-            }
-        }
-    }
-    Ok((len, Op::parse_list(&ops_text)?))
-}
-
-/// Runs the sequence saved at `path` ([`parse_listing`]) against `fx`, `BLOCKWIRE_MODEL_CASES`
-/// times (default once), each a full [`run`](super::run) with its leak checks; `name` prefixes
-/// what it prints and returns. [`trial`] calls it when `BLOCKWIRE_MODEL_REPLAY` is set (after
-/// its warm-up, which a caller of its own should do too).
-///
-/// ```
-/// use blockwire_conformance::model::{self, random, Op};
+/// use blockwire_conformance::model::{self, random, Action, Sequence};
 /// use blockwire_conformance::{Plain, ShmFactory};
 /// let fx = Plain(ShmFactory::default());
 /// model::warm_up(&fx, &random::setup(4096)).expect("warm-up");
-/// let path = std::env::temp_dir().join(format!("model-replay-{}.txt", std::process::id()));
-/// let ops = [Op::Add { peer: 0, remote: 0 }, Op::Drain];
-/// std::fs::write(&path, random::listing("model::shm", 4096, &ops)).expect("write");
+/// let path = std::env::temp_dir().join(format!("model-replay-{}.jsonl", std::process::id()));
+/// let seq = Sequence {
+///     fixture: "model::shm".into(),
+///     block_len: 4096,
+///     actions: vec![Action::Add { peer: 0, remote: 0 }, Action::Drain],
+/// };
+/// std::fs::write(&path, seq.to_json_lines()).expect("write");
 /// let replayed = random::replay(&fx, "model::shm", &path.to_string_lossy());
+/// std::fs::write(&path, "{\"fixture\":\"model::shm\",\"block_len\":4096}\n\"Jump\"\n")
+///     .expect("write");
+/// let garbled = random::replay(&fx, "model::shm", &path.to_string_lossy());
 /// std::fs::remove_file(&path).expect("remove");
 /// replayed.expect("the sequence passes");
+/// assert!(garbled.is_err());
 /// ```
 pub fn replay<F: Fixture>(fx: &F, name: &str, path: &str) -> Result<(), Failed> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}"))?;
-    let (len, ops) = parse_listing(&text).map_err(|e| format!("{path}: {e}"))?;
-    let setup = setup(len);
+    let seq =
+        Sequence::from_json_lines(&text).map_err(|e| match std::error::Error::source(&e) {
+            Some(why) => format!("{path}: {e}: {why}"),
+            None => format!("{path}: {e}"),
+        })?;
+    let setup = setup(seq.block_len);
     let times = env_u32("BLOCKWIRE_MODEL_CASES").unwrap_or(1);
     for i in 0..times {
-        super::run(fx, &setup, &ops).map_err(|v| format!("{name}: replay {i}: {v}"))?;
+        super::run(fx, &setup, &seq.actions).map_err(|v| format!("{name}: replay {i}: {v}"))?;
     }
     eprintln!(
-        "{name}: replayed {} operations {times} times: ok",
-        ops.len()
+        "{name}: replayed {} actions {times} times: ok",
+        seq.actions.len()
     );
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! The reference model's state: what each block holds, each peer, each transfer.
 
-use blockwire::Registration;
-use blockwire_core::{BlockIndex, TransferId};
-use std::collections::{BTreeMap, HashMap, HashSet};
+use blockwire_core::BlockIndex;
+
+use super::expected::HandleId;
 
 /// Content of one block: known (`0` is zeros, any other stamp a pattern), or unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,9 +64,6 @@ pub(super) fn choose(from: &[BlockIndex], n: usize, state: &mut u64) -> Vec<Bloc
     out
 }
 
-// ---------------------------------------------------------------------------------------------
-// The model.
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum ConnState {
     /// Published; its transfers end done.
@@ -109,10 +106,11 @@ pub(super) enum RegOutcome {
     Closed,
 }
 
-pub(super) struct Handle {
+/// An unresolved registration handle: whose, and what it may still resolve to.
+pub(super) struct HandleModel {
+    pub(super) id: HandleId,
     pub(super) peer: usize,
     pub(super) what: String,
-    pub(super) handle: Registration,
     pub(super) allowed: Vec<RegOutcome>,
 }
 
@@ -136,35 +134,3 @@ pub(super) enum Gone {
     Forgotten,
     Closed,
 }
-
-pub(super) struct Model {
-    /// Per space (0: local, 1 + r: remote r), per block.
-    pub(super) content: Vec<Vec<Content>>,
-    pub(super) peers: Vec<PeerModel>,
-    pub(super) conns: Vec<Conn>,
-    pub(super) tracked: BTreeMap<TransferId, Xfer>,
-    pub(super) gone: HashMap<TransferId, Gone>,
-    /// Blocks touched by transfers an immediate cancel forgot: busy until the next drain.
-    pub(super) detached: HashSet<(usize, BlockIndex)>,
-    pub(super) handles: Vec<Handle>,
-    pub(super) closed: bool,
-}
-
-impl Model {
-    pub(super) fn busy(&self) -> HashSet<(usize, BlockIndex)> {
-        let mut busy = self.detached.clone();
-        for x in self.tracked.values() {
-            busy.extend(x.touches.iter().copied());
-        }
-        busy
-    }
-
-    pub(super) fn forget_destinations(&mut self, x: &Xfer) {
-        for &(space, block, _) in &x.lands {
-            self.content[space][block as usize] = Content::Unknown;
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The runner.

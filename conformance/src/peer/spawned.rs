@@ -1,0 +1,251 @@
+//! The driver's side: a spawned peer process it sends [`Request`]s to.
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+use blockwire::PeerDescriptor;
+
+use super::Fallible;
+use super::protocol::{Reply, Request};
+
+/// A spawned peer process (the `blockwire-peer` binary, or another serving
+/// [`serve_with`](super::serve_with)).
+///
+/// ```no_run
+/// use blockwire_conformance::peer::{Request, Reply, SpawnedPeer};
+/// fn main() -> Result<(), String> {
+///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+///     assert_eq!(p.descriptor.backend, "shm");
+///     // Nothing written: block 0 holds its own pattern.
+///     let verify = Request::Verify { seed: 1, written: vec![(0, 0)] };
+///     assert_eq!(p.request(&verify)?, Reply::Ok);
+///     p.quit()
+/// }
+/// ```
+pub struct SpawnedPeer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    /// The peer's descriptor.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.descriptor.validate().map_err(|e| e.to_string())?;
+    ///     assert_eq!((p.descriptor.num_blocks, p.descriptor.block_len), (8, 4096));
+    ///     p.quit()
+    /// }
+    /// ```
+    pub descriptor: PeerDescriptor,
+}
+
+impl SpawnedPeer {
+    /// Spawns `exe` (the `blockwire-peer` binary) with a region of `blocks` x `len` filled
+    /// with `pattern(seed, i)`.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let exe = "target/debug/blockwire-peer";
+    ///     let p = SpawnedPeer::spawn(exe, "shm", 8, 4096, 1, "copy_threads=1")?;
+    ///     assert_eq!(p.descriptor.num_blocks, 8);
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn spawn(
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        Self::spawn_command(
+            std::process::Command::new(exe),
+            exe,
+            backend,
+            blocks,
+            len,
+            seed,
+            opts,
+        )
+    }
+
+    /// [`SpawnedPeer::spawn`] inside the network namespace `netns` (`ip netns exec`; needs
+    /// root and iproute2), with `env` added to its environment.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let exe = "target/debug/blockwire-peer";
+    ///     let p = SpawnedPeer::spawn_in_netns("bw-a", &[], exe, "ucx", 8, 4096, 1, "tls=tcp")?;
+    ///     p.quit()
+    /// }
+    /// ```
+    #[allow(clippy::too_many_arguments)]
+    pub fn spawn_in_netns(
+        netns: &str,
+        env: &[(&str, &str)],
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut cmd = std::process::Command::new("ip");
+        cmd.args(["netns", "exec", netns, exe])
+            .envs(env.iter().copied());
+        Self::spawn_command(cmd, exe, backend, blocks, len, seed, opts)
+    }
+
+    fn spawn_command(
+        mut cmd: std::process::Command,
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut child = cmd
+            .args([
+                backend,
+                &blocks.to_string(),
+                &len.to_string(),
+                &seed.to_string(),
+                opts,
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("spawning {exe}: {e}"))?;
+        let stdin = child.stdin.take().ok_or("no stdin")?;
+        let stdout = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut p = SpawnedPeer {
+            child,
+            stdin,
+            stdout,
+            descriptor: PeerDescriptor::new("none", vec![], 0, 1, 1, ""),
+        };
+        p.descriptor = p.reply()?.to_descriptor()?;
+        Ok(p)
+    }
+
+    /// Reads the next reply.
+    fn reply(&mut self) -> Fallible<Reply> {
+        loop {
+            let mut line = String::new();
+            self.stdout
+                .read_line(&mut line)
+                .map_err(|e| format!("reading from the peer: {e}"))?;
+            if line.is_empty() {
+                return Err("the peer closed its output".into());
+            }
+            // UCX logs to standard output by default (`[time] [host:pid:thread] ... UCX
+            // ERROR ...`): pass such lines on, they are not replies.
+            if line.starts_with('[') && line.contains(" UCX ") {
+                eprint!("peer: {line}");
+                continue;
+            }
+            return Reply::from_line(line.trim_end())
+                .map_err(|e| format!("the peer replied {line:?}, not a reply: {e}"));
+        }
+    }
+
+    /// Sends one request and returns the reply.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::{Request, Reply, SpawnedPeer};
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     let mine = Request::Verify { seed: 1, written: vec![(3, 3)] };
+    ///     assert_eq!(p.request(&mine)?, Reply::Ok);
+    ///     let other = Request::Verify { seed: 2, written: vec![(3, 3)] };
+    ///     assert_eq!(p.request(&other)?, Reply::Fail { blocks: vec![3] });
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn request(&mut self, request: &Request) -> Fallible<Reply> {
+        writeln!(self.stdin, "{}", request.to_line())
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("writing to the peer: {e}"))?;
+        self.reply()
+    }
+
+    /// Sends one request that must be answered [`Reply::Ok`]; `Err` names the request and
+    /// the reply otherwise.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::{Request, SpawnedPeer};
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.expect_ok(&Request::Reset)?;
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn expect_ok(&mut self, request: &Request) -> Fallible<()> {
+        match self.request(request)? {
+            Reply::Ok => Ok(()),
+            other => Err(format!("{request:?}: {other:?}")),
+        }
+    }
+
+    /// Kills the peer with `SIGKILL` (no chance to close anything) and reaps it.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.kill()
+    /// }
+    /// ```
+    pub fn kill(&mut self) -> Fallible<()> {
+        self.child
+            .kill()
+            .map_err(|e| format!("killing the peer: {e}"))?;
+        self.child
+            .wait()
+            .map(drop)
+            .map_err(|e| format!("reaping the peer: {e}"))
+    }
+
+    /// Sends [`Request::Quit`] and waits (bounded) for a successful exit.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.quit() // `Err` if it exits with a failure or does not exit within 10 s
+    /// }
+    /// ```
+    pub fn quit(mut self) -> Fallible<()> {
+        writeln!(self.stdin, "{}", Request::Quit.to_line()).map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                return if status.success() {
+                    Ok(())
+                } else {
+                    Err(format!("peer exited with {status}"))
+                };
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return Err("peer did not exit".into());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+impl Drop for SpawnedPeer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
