@@ -63,12 +63,6 @@ use libtest_mimic::{Completion, Trial};
 pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Setting, Spec};
 
-/// The shm backend's default setting (an old name, kept for the model's doc examples while
-/// they move to [`Setting`]).
-#[cfg(feature = "shm")]
-#[doc(hidden)]
-pub type ShmFactory = Setting<blockwire_shm::ShmBackend>;
-
 /// What a case needs from a fixture; without it the case is reported as ignored.
 ///
 /// ```

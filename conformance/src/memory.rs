@@ -92,8 +92,8 @@ pub const SLACK: u64 = 8 << 20;
 /// [`WARM_UP`]).
 ///
 /// ```
-/// use blockwire_conformance::{memory::flat_over, Plain, ShmFactory};
-/// let r = flat_over(&Plain(ShmFactory::default()), 1000, 2000)?;
+/// use blockwire_conformance::{memory::flat_over, Plain, Setting};
+/// let r = flat_over(&Plain(Setting::<blockwire_shm::ShmBackend>::default()), 1000, 2000)?;
 /// assert_eq!(r.transfers, 2000);
 /// # Ok::<(), String>(())
 /// ```
@@ -169,8 +169,8 @@ pub fn flat_over<F: Fixture>(fx: &F, warm_up: usize, n: usize) -> Result<MemoryR
 /// measures the whole process).
 ///
 /// ```
-/// use blockwire_conformance::{memory, Plain, ShmFactory};
-/// let t = memory::trial(Plain(ShmFactory::default()));
+/// use blockwire_conformance::{memory, Plain, Setting};
+/// let t = memory::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()));
 /// assert_eq!(t.name(), "memory::shm");
 /// ```
 pub fn trial<F: Fixture>(fx: F) -> Trial {

@@ -47,8 +47,8 @@
 //!
 //! [`run`] takes a plain `&[Action]`; generating sequences (proptest, a fuzzer, a fixed list)
 //! is the caller's business. [`random`] generates them with proptest, one `libtest` trial per
-//! fixture: `conformance/tests/model.rs` runs it for every backend compiled in but nixl, and
-//! `backends/nixl/tests/nixl_model.rs` for nixl (its own process, like its suite). A violation
+//! fixture: each backend crate's `tests/model.rs` runs it on that backend's settings. A
+//! violation
 //! names the failing step, what was observed and expected, and the runner's trace of every
 //! call.
 //!
@@ -57,8 +57,8 @@
 //! A failing random run prints its seed and the minimal sequence proptest found, as JSON
 //! lines ([`Sequence`]). Either replays it:
 //!
-//! - the seed: `PROPTEST_RNG_SEED=<seed> cargo test -p blockwire-conformance --test model --
-//!   model::shm` generates the same sequences again (and shrinks again);
+//! - the seed: `PROPTEST_RNG_SEED=<seed> cargo test -p blockwire-shm --test model --
+//!   model::shm` (the backend's crate) generates the same sequences again (and shrinks again);
 //! - the sequence: save the printed lines (the `{"fixture":...,"block_len":...}` header and
 //!   one action per line) to a file and run with `BLOCKWIRE_MODEL_REPLAY=<file>`
 //!   ([`random::replay`]); `BLOCKWIRE_MODEL_SAVE=<file>` writes every sequence there before
@@ -68,8 +68,8 @@
 //! ```
 //! use blockwire::Op;
 //! use blockwire_conformance::model::{self, Action, Sequence, Setup};
-//! use blockwire_conformance::{Plain, ShmFactory};
-//! let fx = Plain(ShmFactory::default());
+//! use blockwire_conformance::{Plain, Setting};
+//! let fx = Plain(Setting::<blockwire_shm::ShmBackend>::default());
 //! let saved = Sequence {
 //!     fixture: "model::shm".into(),
 //!     block_len: 4096,
@@ -293,8 +293,8 @@ impl std::error::Error for Violation {}
 ///
 /// ```
 /// use blockwire_conformance::model::{self, Action, Setup};
-/// use blockwire_conformance::{Plain, ShmFactory};
-/// let fx = Plain(ShmFactory::default());
+/// use blockwire_conformance::{Plain, Setting};
+/// let fx = Plain(Setting::<blockwire_shm::ShmBackend>::default());
 /// let setup = Setup::new(16, 4096);
 /// model::warm_up(&fx, &setup)?;
 /// let report = model::run(&fx, &setup, &[Action::Add { peer: 0, remote: 0 }, Action::Close])?;
@@ -319,8 +319,8 @@ pub fn run<F: Fixture>(fx: &F, setup: &Setup, actions: &[Action]) -> Result<Repo
 ///
 /// ```
 /// use blockwire_conformance::model::{self, Setup};
-/// use blockwire_conformance::{Plain, ShmFactory};
-/// model::warm_up(&Plain(ShmFactory::default()), &Setup::new(16, 4096))?;
+/// use blockwire_conformance::{Plain, Setting};
+/// model::warm_up(&Plain(Setting::<blockwire_shm::ShmBackend>::default()), &Setup::new(16, 4096))?;
 /// # Ok::<(), model::Violation>(())
 /// ```
 pub fn warm_up<F: Fixture>(fx: &F, setup: &Setup) -> Result<(), Violation> {

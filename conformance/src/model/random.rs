@@ -4,17 +4,16 @@
 //! (each against fresh transports, each followed by the leak checks) and prints what ran.
 //!
 //! Everything here is independent of which fixtures exist, so every test binary that runs
-//! the model shares it: `conformance/tests/model.rs` lists the fixtures one process may hold
-//! together (shm, ucx, libfabric), and `backends/nixl/tests/nixl_model.rs` the nixl one (NIXL's
-//! bundled UCX cannot share a process with Debian's). Such a binary is `harness = false` and
+//! the model shares it: each backend crate's `tests/model.rs` lists that backend's settings.
+//! Such a binary is `harness = false` and
 //! ends in [`run_trials`], which runs the trials one after another on the main thread: the
 //! leak checks count the whole process's threads and fds.
 //!
 //! ```no_run
 //! use blockwire_conformance::model::random;
-//! use blockwire_conformance::{Plain, ShmFactory};
+//! use blockwire_conformance::{Plain, Setting};
 //! // 1 MiB blocks now and then, so transfers are really in flight when cancelled.
-//! let trials = vec![random::trial(Plain(ShmFactory::default()), &[4096, 1 << 20])];
+//! let trials = vec![random::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()), &[4096, 1 << 20])];
 //! random::run_trials(trials).exit();
 //! ```
 //!
@@ -264,8 +263,8 @@ pub fn config() -> (Config, u64) {
 ///
 /// ```
 /// use blockwire_conformance::model::random;
-/// use blockwire_conformance::{Plain, ShmFactory};
-/// let t = random::trial(Plain(ShmFactory::default()), &[4096]);
+/// use blockwire_conformance::{Plain, Setting};
+/// let t = random::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()), &[4096]);
 /// assert_eq!(t.name(), "model::shm");
 /// ```
 pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
@@ -341,8 +340,8 @@ pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
 ///
 /// ```
 /// use blockwire_conformance::model::{self, random, Action, Sequence};
-/// use blockwire_conformance::{Plain, ShmFactory};
-/// let fx = Plain(ShmFactory::default());
+/// use blockwire_conformance::{Plain, Setting};
+/// let fx = Plain(Setting::<blockwire_shm::ShmBackend>::default());
 /// model::warm_up(&fx, &random::setup(4096)).expect("warm-up");
 /// let path = std::env::temp_dir().join(format!("model-replay-{}.jsonl", std::process::id()));
 /// let seq = Sequence {
@@ -385,8 +384,8 @@ pub fn replay<F: Fixture>(fx: &F, name: &str, path: &str) -> Result<(), Failed> 
 ///
 /// ```no_run
 /// use blockwire_conformance::model::random;
-/// use blockwire_conformance::{Plain, ShmFactory};
-/// random::run_trials(vec![random::trial(Plain(ShmFactory::default()), &[4096])]).exit();
+/// use blockwire_conformance::{Plain, Setting};
+/// random::run_trials(vec![random::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()), &[4096])]).exit();
 /// ```
 pub fn run_trials(trials: Vec<Trial>) -> Conclusion {
     let _ = tracing_subscriber::fmt()
