@@ -39,6 +39,7 @@
 mod any;
 mod block_transport;
 mod clock;
+pub mod fingerprint;
 mod options;
 mod region;
 mod registration;
@@ -51,7 +52,6 @@ pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
     Capabilities, DescriptorError, Error, FailureReason, Op, OpenBackend, PeerDescriptor,
     PeerFault, PeerId, PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState,
-    fingerprint,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use options::{

@@ -12,7 +12,6 @@
 //! - [`Error`] and [`BackendError`];
 //! - the [`Backend`] trait a data path implements, with its [`Capabilities`] and
 //!   [`BackendStats`], and [`OpenBackend`], how one opens over a region;
-//! - [`fingerprint`]: the config fingerprint, byte-identical to the Python reference;
 //! - [`kit`]: the mechanisms several backends share (transfer cells, cuttable links, live
 //!   counts, progress threads, process watches).
 //!
@@ -30,7 +29,6 @@
 mod backend;
 mod descriptor;
 mod error;
-pub mod fingerprint;
 mod ids;
 pub mod kit;
 mod open;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use blockwire_core::{
     Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Op, OpenBackend,
-    PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId, fingerprint,
+    PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId,
 };
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -114,7 +114,7 @@ impl<B: Backend> BlockTransport<B> {
         make: impl FnOnce(RegionSpan, blockwire_core::BackendOptions) -> Result<B>,
     ) -> Result<Self> {
         let backend = Arc::new(make(region.span(), options.backend)?);
-        let fingerprint = fingerprint::fingerprint(options.config_fields.as_ref());
+        let fingerprint = crate::fingerprint::fingerprint(options.config_fields.as_ref());
         let shared = Arc::new(Shared {
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),

@@ -2,7 +2,7 @@
 //! `tests/vectors/gen_fingerprint_vectors.py` (the Python reference); the Rust
 //! fingerprint must match it byte for byte.
 
-use blockwire_core::fingerprint::{canonical_json, fingerprint};
+use blockwire::fingerprint::{canonical_json, fingerprint};
 use serde_json::Value;
 
 const VECTORS: &str = include_str!(concat!(

@@ -96,7 +96,7 @@ const FINGERPRINT_HEX_LEN: usize = 16;
 /// # Examples
 ///
 /// ```
-/// use blockwire_core::fingerprint::canonical_json;
+/// use blockwire::fingerprint::canonical_json;
 ///
 /// fn main() -> Result<(), serde_json::Error> {
 ///     let fields: serde_json::Map<String, serde_json::Value> = serde_json::from_str(
@@ -125,7 +125,7 @@ pub fn canonical_json(fields: &Map<String, Value>) -> String {
 /// # Examples
 ///
 /// ```
-/// use blockwire_core::fingerprint::fingerprint;
+/// use blockwire::fingerprint::fingerprint;
 ///
 /// fn main() -> Result<(), serde_json::Error> {
 ///     let fields: serde_json::Map<String, serde_json::Value> =
