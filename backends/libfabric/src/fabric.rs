@@ -30,6 +30,8 @@ pub(crate) struct Settings {
     /// Post to each peer through an endpoint of its own (see `crate::endpoint`); `None`:
     /// wherever the provider allows it.
     pub(crate) endpoint_per_peer: Option<bool>,
+    /// How long refused posts are retried (half the transport's stall timeout, `crate::retry`).
+    pub(crate) give_up_after: Option<Duration>,
 }
 
 pub(crate) struct Raw(pub(crate) *mut fid_cq);
@@ -117,7 +119,7 @@ impl Fabric {
             provider: String::new(),
             attributes: String::new(),
             progress: Mutex::new(None),
-            retries: Retries::new(settings.idle_sleep),
+            retries: Retries::new(settings.idle_sleep, settings.give_up_after),
             revoked: Mutex::new(None),
             waitable: false,
             mr_endpoint: false,

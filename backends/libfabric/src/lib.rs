@@ -211,8 +211,12 @@ impl OpenBackend for OfiBackend {
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
+        // Half the stall timeout: a peer that refuses every post fails as a remote disconnect
+        // (what it is) before the stall watchdog would cut it as merely stalled.
+        let give_up_after = options.stall_timeout().map(|stall| stall / 2);
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
+            give_up_after,
             provider,
             domain,
             idle_sleep,

@@ -4,8 +4,9 @@
 //! connection to the peer is not up, which for a peer that went away lasts until something
 //! cuts it. A caller's post never waits for that: the operations the provider refused stay in
 //! [`Retries`], in order, and the retry thread posts them as completions free the queue. A
-//! transfer whose operations stay refused for [`POST_RETRY`] fails as a remote disconnect
-//! (its operations already posted still complete first); one whose link is cut fails with it.
+//! transfer whose operations stay refused for half the transport's stall timeout fails as a
+//! remote disconnect (its operations already posted still complete first); one whose link is cut
+//! fails with it.
 //!
 //! The retry thread is apart from the progress thread, and watched by it: a post can stay
 //! inside the provider forever (libfabric 1.17's `shm`, to a peer killed while it held its
@@ -30,11 +31,6 @@ use crate::completion::{Outstanding, Transfer};
 use crate::errors::EAGAIN;
 use crate::link::Link;
 use crate::post::{RmaOp, as_reason, post_one, refused};
-
-/// How long the retry thread retries a transfer's refused operations before it fails the
-/// transfer: a peer that accepts no operation for this long (`tcp;ofi_rxm` refuses those to a
-/// peer whose connection is gone) is treated as disconnected.
-pub(crate) const POST_RETRY: Duration = Duration::from_secs(3);
 
 /// A provider post that has not returned after this long is stuck (see the module docs).
 const STUCK_AFTER: Duration = Duration::from_secs(1);
@@ -80,6 +76,10 @@ pub(crate) struct Retries {
     in_post_since: AtomicU64,
     in_post_link: AtomicUsize,
     epoch: Instant,
+    /// How long a transfer's operations may stay refused before it fails: half the transport's
+    /// stall timeout, so the backend says why before the watchdog cuts (a peer that accepts no operation for this long, as `tcp;ofi_rxm` refuses
+    /// those to a peer whose connection is gone, is treated as disconnected; `None`: never).
+    give_up_after: Option<Duration>,
     /// Links a post got stuck on: their queued operations fail.
     wedged: Mutex<Vec<usize>>,
     /// Bumped when a stuck thread is replaced: a thread of an older one stops.
@@ -92,7 +92,8 @@ pub(crate) struct Retries {
 }
 
 impl Retries {
-    pub(crate) fn new(idle_sleep: Duration) -> Arc<Self> {
+    /// Retries that give up on a transfer refused for `give_up_after` (`None`: never).
+    pub(crate) fn new(idle_sleep: Duration, give_up_after: Option<Duration>) -> Arc<Self> {
         Arc::new(Retries {
             queue: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
@@ -105,6 +106,7 @@ impl Retries {
             thread: Mutex::new(None),
             main: OnceLock::new(),
             idle_sleep,
+            give_up_after,
         })
     }
 
@@ -231,7 +233,9 @@ impl Retries {
                         // link holds it (the backend's: `Fabric` stops this thread before it
                         // closes it, or never closes it); `q.ops` were built by `post` for
                         // this transfer (see `post_one`).
-                        let outcome = unsafe { post_queued(&link, &mut q, main, &mut handled) };
+                        let outcome = unsafe {
+                            post_queued(&link, &mut q, main, &mut handled, self.give_up_after)
+                        };
                         if current() {
                             self.in_post_since.store(0, Ordering::Release);
                         }
@@ -284,6 +288,7 @@ unsafe fn post_queued(
     q: &mut Queued,
     main: &MainPost,
     handled: &mut usize,
+    give_up_after: Option<Duration>,
 ) -> Option<FailureReason> {
     let held = match link.hold_for_retry() {
         Ok(held) => held,
@@ -294,10 +299,10 @@ unsafe fn post_queued(
         // SAFETY: per this function's contract.
         let ret = unsafe { post_one(ep, link.addr, main.2, op, &q.transfer) };
         if ret == EAGAIN {
-            if q.since.elapsed() > POST_RETRY {
+            if let Some(limit) = give_up_after.filter(|&limit| q.since.elapsed() > limit) {
                 return Some(FailureReason::RemoteDisconnect(format!(
-                    "posting {}: the provider refused it for {POST_RETRY:?} (FI_EAGAIN): the \
-                     peer accepts no operations",
+                    "posting {}: the provider refused it for {limit:?} (FI_EAGAIN, half the \
+                     stall timeout): the peer accepts no operations",
                     op.op
                 )));
             }

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::str::FromStr;
+use std::time::Duration;
 
 use crate::{BackendError, BackendErrorKind};
 
@@ -20,6 +21,9 @@ use crate::{BackendError, BackendErrorKind};
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BackendOptions {
     values: BTreeMap<String, String>,
+    /// The transport's stall timeout, which the transport sets: see
+    /// [`BackendOptions::stall_timeout`].
+    stall_timeout: Option<Duration>,
 }
 
 impl BackendOptions {
@@ -31,6 +35,32 @@ impl BackendOptions {
     /// ```
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// With the transport's stall timeout (`blockwire::TransportOptions::stall_timeout`),
+    /// which the transport passes to its backend this way: how long a peer may make no
+    /// progress before it is cut. A backend that gives up on a peer by itself (libfabric's
+    /// retry of refused posts) gives up after as long, so that one setting bounds both.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let o = blockwire_core::BackendOptions::new().with_stall_timeout(Some(Duration::from_secs(2)));
+    /// assert_eq!(o.stall_timeout(), Some(Duration::from_secs(2)));
+    /// assert!(o.is_empty()); // not a key: `finish` never sees it
+    /// ```
+    pub fn with_stall_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.stall_timeout = timeout;
+        self
+    }
+
+    /// The transport's stall timeout (`None`: never give up on a peer for want of progress;
+    /// also what a backend opened without a transport sees).
+    ///
+    /// ```
+    /// assert_eq!(blockwire_core::BackendOptions::new().stall_timeout(), None);
+    /// ```
+    pub fn stall_timeout(&self) -> Option<std::time::Duration> {
+        self.stall_timeout
     }
 
     /// Parses `k=v,k=v` (empty input gives no options). A value may itself hold commas, as

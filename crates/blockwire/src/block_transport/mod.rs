@@ -113,7 +113,8 @@ impl<B: Backend> BlockTransport<B> {
         options: TransportOptions,
         make: impl FnOnce(RegionSpan, blockwire_core::BackendOptions) -> Result<B>,
     ) -> Result<Self> {
-        let backend = Arc::new(make(region.span(), options.backend)?);
+        let backend_options = options.backend.with_stall_timeout(options.stall_timeout);
+        let backend = Arc::new(make(region.span(), backend_options)?);
         let fingerprint = crate::fingerprint::fingerprint(options.config_fields.as_ref());
         let shared = Arc::new(Shared {
             gate: RwLock::new(()),
