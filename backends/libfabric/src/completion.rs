@@ -4,8 +4,7 @@
 //! it (a cut link, a peer removed) frees those the provider will now never complete.
 
 use std::collections::HashSet;
-use std::ffi::{CStr, c_void};
-use std::ptr;
+use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -13,8 +12,6 @@ use blockwire_core::FailureReason;
 use blockwire_core::kit::TransferCell;
 use libfabric_sys::*;
 use parking_lot::Mutex;
-
-use crate::errors::{EAVAIL, reason};
 
 /// One transfer: its outcome, and its operations posted and not yet completed. It ends
 /// (done, or failed with the first failure) once every operation was posted and has
@@ -126,61 +123,12 @@ impl Outstanding {
     }
 }
 
-/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
-///
-/// # Safety
-///
-/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
-pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
-    let mut entries = [fi_cq_entry::default(); 16];
-    // SAFETY: `entries` holds 16 context-format entries.
-    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
-    // SAFETY: per this function's contract.
-    unsafe { dispatch(cq, n, &entries) }
-}
-
-/// Completes the `n` entries one read returned, or reads the error it announced.
-///
-/// # Safety
-///
-/// As for [`poll_cq`].
-unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
-    if n > 0 {
-        for e in &entries[..n as usize] {
-            // SAFETY: every operation is posted with a boxed OpContext, completed once.
-            unsafe { complete(e.op_context, None) };
-        }
-        return n as usize;
-    }
-    if n == EAVAIL {
-        let mut err = fi_cq_err_entry::default();
-        // SAFETY: a live queue and a writable error entry.
-        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
-        if r > 0 {
-            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
-            let text = unsafe {
-                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
-                if p.is_null() {
-                    String::new()
-                } else {
-                    CStr::from_ptr(p).to_string_lossy().into_owned()
-                }
-            };
-            tracing::debug!(err = err.err, %text, "libfabric completion error");
-            // SAFETY: as above.
-            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
-            return 1;
-        }
-    }
-    0
-}
-
 /// Completes one operation.
 ///
 /// # Safety
 ///
 /// `context` is an `OpContext` boxed at post and not completed before (or null).
-unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
+pub(crate) unsafe fn complete(context: *mut c_void, failure: Option<FailureReason>) {
     if context.is_null() {
         return;
     }

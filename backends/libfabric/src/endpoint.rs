@@ -7,7 +7,7 @@
 //!   cut one peer's connection safely (`fi_av_remove` leaves it running).
 //!
 //! Each also has its own completion queue, which the progress thread serves with the
-//! backend's (`crate::queues`): endpoints sharing one queue crashed both providers' progress
+//! backend's (`crate::cq`): endpoints sharing one queue crashed both providers' progress
 //! (SIGSEGV in `fi_cq_read`).
 
 use std::ptr;

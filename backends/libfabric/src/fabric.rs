@@ -12,10 +12,10 @@ use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
-use crate::completion::{Outstanding, poll_cq};
+use crate::completion::Outstanding;
+use crate::cq::{PeerQueues, Raw, poll_cq};
 use crate::errors::{check, error};
 use crate::local;
-use crate::queues::PeerQueues;
 use crate::retry::{MainPost, Retries};
 
 /// Settings from the backend options.
@@ -34,15 +34,9 @@ pub(crate) struct Settings {
     pub(crate) give_up_after: Option<Duration>,
 }
 
-pub(crate) struct Raw(pub(crate) *mut fid_cq);
-
 struct RawFabric(*mut fid_fabric);
 // SAFETY: the fabric of an FI_THREAD_SAFE domain; the pointer is an address.
 unsafe impl Send for RawFabric {}
-// SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
-unsafe impl Send for Raw {}
-// SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
-unsafe impl Sync for Raw {}
 
 /// Everything libfabric, closed in order on drop (after every peer and transfer: they hold an
 /// `Arc` of it).
@@ -100,9 +94,31 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
 }
 
 impl Fabric {
-    /// Opens every resource and registers `span` once.
+    /// Opens every resource and registers `span` once, in named steps; on an error, `Drop`
+    /// closes what was opened.
     pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Fabric>, BackendError> {
-        let mut f = Fabric {
+        let mut f = Fabric::unopened(settings);
+        f.info = get_info(settings)?;
+        // SAFETY: `f.info` is the list `fi_getinfo` returned, freed by `f`'s Drop; each step
+        // gets the live objects the steps before it opened and stores what it opens in `f`.
+        unsafe {
+            f.chosen = choose_domain(f.info, settings)?;
+            f.describe();
+            f.open_endpoint(settings)?;
+            f.register(span)?;
+        }
+        f.endpoint_per_peer = f.choose_endpoint_per_peer(settings)?;
+        f.start_threads(settings)?;
+        let f = Arc::new(f);
+        if f.provider == "shm" {
+            local::register(&f.name, &f);
+        }
+        Ok(f)
+    }
+
+    /// A fabric with nothing opened yet.
+    fn unopened(settings: &Settings) -> Fabric {
+        Fabric {
             info: ptr::null_mut(),
             chosen: ptr::null_mut(),
             fabric: ptr::null_mut(),
@@ -125,89 +141,25 @@ impl Fabric {
             mr_endpoint: false,
             endpoint_per_peer: false,
             peer_queues: Arc::new(PeerQueues::empty()),
-        };
-        // From here on, `f`'s Drop closes whatever was opened.
-        // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
-        let hints = unsafe { fi_allocinfo() };
-        if hints.is_null() {
-            return Err(BackendError::other("fi_allocinfo failed"));
         }
-        let got = (|| {
-            // SAFETY: `hints` and its sub-structs were allocated by fi_allocinfo; the strings
-            // are strdup'ed, so fi_freeinfo may free them.
-            unsafe {
-                (*hints).caps =
-                    (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
-                (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
-                (*(*hints).ep_attr).type_ = FI_EP_RDM;
-                (*(*hints).domain_attr).mr_mode = (FI_MR_LOCAL
-                    | FI_MR_VIRT_ADDR
-                    | FI_MR_ALLOCATED
-                    | FI_MR_PROV_KEY
-                    | FI_MR_ENDPOINT) as i32;
-                (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
-                (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE as u64;
-                (*(*hints).fabric_attr).prov_name = c_string(&settings.provider)?;
-                if let Some(d) = &settings.domain {
-                    (*(*hints).domain_attr).name = c_string(d)?;
-                }
-                check(
-                    "fi_getinfo",
-                    fi_getinfo(
-                        fi_version_of(1, 14),
-                        ptr::null(),
-                        ptr::null(),
-                        0,
-                        hints,
-                        &mut f.info,
-                    ),
-                )
-            }
-        })();
-        // SAFETY: allocated by fi_allocinfo, freed once.
-        unsafe { fi_freeinfo(hints) };
-        got.map_err(|e| {
-            BackendError::new(
-                e.kind(),
-                format!(
-                    "no libfabric provider {:?} offers RDM endpoints with RMA here: {}",
-                    settings.provider,
-                    e.message()
-                ),
-            )
-        })?;
-        // SAFETY: every call below gets live objects opened just before it, and stores the
-        // new handle in `f`, whose Drop closes it.
+    }
+
+    /// Records what the chosen entry grants: the provider, how remote addresses are given,
+    /// and the attributes in words.
+    ///
+    /// # Safety
+    ///
+    /// `self.chosen` is a live entry of `self.info`.
+    unsafe fn describe(&mut self) {
+        let info = self.chosen;
+        // SAFETY: per this function's contract; the strings are the provider's, NUL-terminated.
         unsafe {
-            // Providers ignore the domain hint: pick the entry of the requested domain.
-            let mut info = f.info;
-            if let Some(wanted) = &settings.domain {
-                let mut seen = Vec::new();
-                while !info.is_null() {
-                    let name = CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy();
-                    if name == wanted.as_str() {
-                        break;
-                    }
-                    seen.push(name.into_owned());
-                    info = (*info).next;
-                }
-                if info.is_null() {
-                    return Err(BackendError::new(
-                        BackendErrorKind::InvalidOption,
-                        format!(
-                            "provider {:?} has no domain {wanted:?} (it has {})",
-                            settings.provider,
-                            seen.join(", ")
-                        ),
-                    ));
-                }
-            }
-            f.chosen = info;
-            f.provider = CStr::from_ptr((*(*info).fabric_attr).prov_name)
+            self.provider = CStr::from_ptr((*(*info).fabric_attr).prov_name)
                 .to_string_lossy()
                 .into_owned();
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
-            f.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
+            self.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
+            self.mr_endpoint = mr_mode & FI_MR_ENDPOINT != 0;
             let named = [
                 (FI_MR_LOCAL, "FI_MR_LOCAL"),
                 (FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
@@ -226,118 +178,165 @@ impl Fabric {
                 FI_PROGRESS_MANUAL => "manual",
                 _ => "unspecified",
             };
-            f.attributes = format!(
+            self.attributes = format!(
                 "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}",
-                f.provider,
+                self.provider,
                 CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy(),
                 flags.join(" "),
                 progress((*(*info).domain_attr).data_progress),
                 progress((*(*info).domain_attr).control_progress),
             );
+        }
+    }
+
+    /// Opens the fabric, domain, endpoint, completion queue and address vector of the chosen
+    /// entry, binds and enables the endpoint, and reads its name.
+    ///
+    /// # Safety
+    ///
+    /// `self.chosen` is a live entry of `self.info`, and nothing was opened yet.
+    unsafe fn open_endpoint(&mut self, settings: &Settings) -> Result<(), BackendError> {
+        let info = self.chosen;
+        // SAFETY: per this function's contract; every call gets live objects opened just
+        // before it, and stores the new handle in `self`, whose Drop closes it.
+        unsafe {
             check(
                 "fi_fabric",
-                fi_fabric((*info).fabric_attr, &mut f.fabric, ptr::null_mut()),
+                fi_fabric((*info).fabric_attr, &mut self.fabric, ptr::null_mut()),
             )?;
             check(
                 "fi_domain",
-                fi_domain(f.fabric, info, &mut f.domain, ptr::null_mut()),
+                fi_domain(self.fabric, info, &mut self.domain, ptr::null_mut()),
             )?;
             check(
                 "fi_endpoint",
-                fi_endpoint(f.domain, info, &mut f.ep, ptr::null_mut()),
+                fi_endpoint(self.domain, info, &mut self.ep, ptr::null_mut()),
             )?;
-            // A queue with a wait object lets the progress thread sleep in the kernel until
-            // the provider's sockets or queues have something (`crate::queues`), so a passive
-            // target is progressed as soon as bytes arrive; providers without one are polled.
-            let mut cq_attr = fi_cq_attr {
-                format: FI_CQ_FORMAT_CONTEXT,
-                size: 4096,
-                // A file descriptor: the progress thread waits on it with those of the peers'
-                // own queues (`crate::queues`).
-                wait_obj: if settings.wait {
-                    FI_WAIT_FD
-                } else {
-                    FI_WAIT_NONE
-                },
-                ..Default::default()
-            };
-            let mut opened = fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut());
-            f.waitable = opened == 0 && settings.wait;
-            if opened != 0 && settings.wait {
-                tracing::debug!(
-                    error = %error("fi_cq_open with a wait object", opened as isize),
-                    "polling the completion queue instead"
-                );
-                cq_attr.wait_obj = FI_WAIT_NONE;
-                opened = fi_cq_open(f.domain, &mut cq_attr, &mut f.cq, ptr::null_mut());
-            }
-            check("fi_cq_open", opened)?;
-            f.peer_queues = Arc::new(PeerQueues::new(f.cq, f.waitable)?);
+            self.open_completion_queue(settings.wait)?;
+            self.peer_queues = Arc::new(PeerQueues::new(self.cq, self.waitable)?);
             let mut av_attr = fi_av_attr {
                 type_: FI_AV_TABLE,
                 ..Default::default()
             };
             check(
                 "fi_av_open",
-                fi_av_open(f.domain, &mut av_attr, &mut f.av, ptr::null_mut()),
+                fi_av_open(self.domain, &mut av_attr, &mut self.av, ptr::null_mut()),
             )?;
             check(
                 "fi_ep_bind(cq)",
-                fi_ep_bind(f.ep, &mut (*f.cq).fid, (FI_TRANSMIT | FI_RECV) as u64),
+                fi_ep_bind(self.ep, &mut (*self.cq).fid, (FI_TRANSMIT | FI_RECV) as u64),
             )?;
-            check("fi_ep_bind(av)", fi_ep_bind(f.ep, &mut (*f.av).fid, 0))?;
-            check("fi_enable", fi_enable(f.ep))?;
+            check(
+                "fi_ep_bind(av)",
+                fi_ep_bind(self.ep, &mut (*self.av).fid, 0),
+            )?;
+            check("fi_enable", fi_enable(self.ep))?;
             let mut name = vec![0u8; 1024];
             let mut len = name.len();
             check(
                 "fi_getname",
-                fi_getname(&mut (*f.ep).fid, name.as_mut_ptr().cast(), &mut len),
+                fi_getname(&mut (*self.ep).fid, name.as_mut_ptr().cast(), &mut len),
             )?;
             name.truncate(len);
-            f.name = name;
-            let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            self.name = name;
+        }
+        Ok(())
+    }
+
+    /// Opens the completion queue: with a wait object when `wait` and the provider offers one
+    /// (the progress thread then sleeps in the kernel until the provider's sockets or queues
+    /// have something, `crate::cq`, so a passive target is progressed as soon as bytes
+    /// arrive), else polled.
+    ///
+    /// # Safety
+    ///
+    /// `self.domain` is live and no queue is open yet.
+    unsafe fn open_completion_queue(&mut self, wait: bool) -> Result<(), BackendError> {
+        let mut cq_attr = fi_cq_attr {
+            format: FI_CQ_FORMAT_CONTEXT,
+            size: 4096,
+            // A file descriptor: the progress thread waits on it with those of the peers'
+            // own queues (`crate::cq`).
+            wait_obj: if wait { FI_WAIT_FD } else { FI_WAIT_NONE },
+            ..Default::default()
+        };
+        // SAFETY: per this function's contract.
+        let mut opened =
+            unsafe { fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut()) };
+        self.waitable = opened == 0 && wait;
+        if opened != 0 && wait {
+            tracing::debug!(
+                error = %error("fi_cq_open with a wait object", opened as isize),
+                "polling the completion queue instead"
+            );
+            cq_attr.wait_obj = FI_WAIT_NONE;
+            // SAFETY: as above; the failed open left no queue.
+            opened =
+                unsafe { fi_cq_open(self.domain, &mut cq_attr, &mut self.cq, ptr::null_mut()) };
+        }
+        check("fi_cq_open", opened)
+    }
+
+    /// Registers the region once (bound to the endpoint where the provider wants
+    /// `FI_MR_ENDPOINT`), for local and remote reads and writes.
+    ///
+    /// # Safety
+    ///
+    /// The domain and endpoint are open; `span` stays valid until `self` is dropped.
+    unsafe fn register(&mut self, span: RegionSpan) -> Result<(), BackendError> {
+        let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+        // SAFETY: per this function's contract; the registration is closed by Drop or revoke.
+        unsafe {
             check(
                 "fi_mr_reg",
                 fi_mr_reg(
-                    f.domain,
+                    self.domain,
                     span.base().as_ptr().cast(),
                     span.len(),
                     access,
                     0,
                     0,
                     0,
-                    &mut f.mr,
+                    &mut self.mr,
                     ptr::null_mut(),
                 ),
             )?;
-            if mr_mode & FI_MR_ENDPOINT != 0 {
-                f.mr_endpoint = true;
-                check("fi_mr_bind", fi_mr_bind(f.mr, &mut (*f.ep).fid, 0))?;
-                check("fi_mr_enable", fi_mr_enable(f.mr))?;
+            if self.mr_endpoint {
+                check("fi_mr_bind", fi_mr_bind(self.mr, &mut (*self.ep).fid, 0))?;
+                check("fi_mr_enable", fi_mr_enable(self.mr))?;
             }
-            f.key = fi_mr_key(f.mr);
-            f.desc = fi_mr_desc(f.mr);
+            self.key = fi_mr_key(self.mr);
+            self.desc = fi_mr_desc(self.mr);
         }
-        f.endpoint_per_peer = match settings.endpoint_per_peer {
-            Some(true) if f.mr_endpoint => {
-                return Err(BackendError::new(
-                    BackendErrorKind::InvalidOption,
-                    format!(
-                        "provider {} binds registrations to an endpoint (FI_MR_ENDPOINT): \
-                         endpoint_per_peer is not supported",
-                        f.provider
-                    ),
-                ));
-            }
-            Some(per_peer) => per_peer,
-            None => !f.mr_endpoint,
-        };
-        let cq = Raw(f.cq);
-        let peers = f.peer_queues.clone();
-        let retries = f.retries.clone();
-        let thread = if f.waitable {
-            let wake = Raw(f.cq);
-            let fabric = RawFabric(f.fabric);
+        Ok(())
+    }
+
+    /// Whether each peer gets an endpoint of its own: as asked, where the provider allows it
+    /// (not with registrations bound to an endpoint), and by default wherever it does.
+    fn choose_endpoint_per_peer(&self, settings: &Settings) -> Result<bool, BackendError> {
+        match settings.endpoint_per_peer {
+            Some(true) if self.mr_endpoint => Err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                format!(
+                    "provider {} binds registrations to an endpoint (FI_MR_ENDPOINT): \
+                     endpoint_per_peer is not supported",
+                    self.provider
+                ),
+            )),
+            Some(per_peer) => Ok(per_peer),
+            None => Ok(!self.mr_endpoint),
+        }
+    }
+
+    /// Starts the progress thread (waiting on the queues' fds where it can, else polling) and
+    /// the retry thread.
+    fn start_threads(&mut self, settings: &Settings) -> Result<(), BackendError> {
+        let cq = Raw(self.cq);
+        let peers = self.peer_queues.clone();
+        let retries = self.retries.clone();
+        let thread = if self.waitable {
+            let wake = Raw(self.cq);
+            let fabric = RawFabric(self.fabric);
             ProgressThread::spawn_waiting(
                 "ofi",
                 move || {
@@ -365,17 +364,12 @@ impl Fabric {
             })
         }
         .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-        *f.progress.get_mut() = Some(thread);
+        *self.progress.get_mut() = Some(thread);
         // The endpoint and descriptor outlive the retry thread: `Fabric::revoke` and
         // `Fabric::drop` stop and join it first, or, when one is stuck in a post, never close
         // them.
-        f.retries
-            .start(MainPost(f.ep, f.outstanding.clone(), f.desc))?;
-        let f = Arc::new(f);
-        if f.provider == "shm" {
-            local::register(&f.name, &f);
-        }
-        Ok(f)
+        self.retries
+            .start(MainPost(self.ep, self.outstanding.clone(), self.desc))
     }
 
     /// Wakes the progress thread.
@@ -454,6 +448,95 @@ impl Fabric {
         }
         *revoked = Some(done);
     }
+}
+
+/// Asks `fi_getinfo` for RDM endpoints with RMA and delivery completion from the provider
+/// (and domain) the settings name.
+fn get_info(settings: &Settings) -> Result<*mut fi_info, BackendError> {
+    // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
+    let hints = unsafe { fi_allocinfo() };
+    if hints.is_null() {
+        return Err(BackendError::other("fi_allocinfo failed"));
+    }
+    let mut info = ptr::null_mut();
+    let got = (|| {
+        // SAFETY: `hints` and its sub-structs were allocated by fi_allocinfo; the strings
+        // are strdup'ed, so fi_freeinfo may free them.
+        unsafe {
+            (*hints).caps = (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
+            (*(*hints).ep_attr).type_ = FI_EP_RDM;
+            (*(*hints).domain_attr).mr_mode =
+                (FI_MR_LOCAL | FI_MR_VIRT_ADDR | FI_MR_ALLOCATED | FI_MR_PROV_KEY | FI_MR_ENDPOINT)
+                    as i32;
+            (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
+            (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE as u64;
+            (*(*hints).fabric_attr).prov_name = c_string(&settings.provider)?;
+            if let Some(d) = &settings.domain {
+                (*(*hints).domain_attr).name = c_string(d)?;
+            }
+            check(
+                "fi_getinfo",
+                fi_getinfo(
+                    fi_version_of(1, 14),
+                    ptr::null(),
+                    ptr::null(),
+                    0,
+                    hints,
+                    &mut info,
+                ),
+            )
+        }
+    })();
+    // SAFETY: allocated by fi_allocinfo, freed once.
+    unsafe { fi_freeinfo(hints) };
+    got.map_err(|e| {
+        BackendError::new(
+            e.kind(),
+            format!(
+                "no libfabric provider {:?} offers RDM endpoints with RMA here: {}",
+                settings.provider,
+                e.message()
+            ),
+        )
+    })?;
+    Ok(info)
+}
+
+/// The entry of `info` for the domain the settings name (providers ignore the domain hint),
+/// or the first.
+///
+/// # Safety
+///
+/// `info` is a live list from `fi_getinfo`.
+unsafe fn choose_domain(
+    info: *mut fi_info,
+    settings: &Settings,
+) -> Result<*mut fi_info, BackendError> {
+    let Some(wanted) = &settings.domain else {
+        return Ok(info);
+    };
+    let mut entry = info;
+    let mut seen = Vec::new();
+    // SAFETY: per this function's contract; each entry's domain name is NUL-terminated.
+    unsafe {
+        while !entry.is_null() {
+            let name = CStr::from_ptr((*(*entry).domain_attr).name).to_string_lossy();
+            if name == wanted.as_str() {
+                return Ok(entry);
+            }
+            seen.push(name.into_owned());
+            entry = (*entry).next;
+        }
+    }
+    Err(BackendError::new(
+        BackendErrorKind::InvalidOption,
+        format!(
+            "provider {:?} has no domain {wanted:?} (it has {})",
+            settings.provider,
+            seen.join(", ")
+        ),
+    ))
 }
 
 /// What [`Fabric::revoke`] closed.

@@ -101,13 +101,13 @@
 
 mod address;
 mod completion;
+mod cq;
 mod endpoint;
 mod errors;
 mod fabric;
 mod link;
 mod local;
 mod post;
-mod queues;
 mod retry;
 
 use std::sync::Arc;

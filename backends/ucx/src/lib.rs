@@ -90,7 +90,7 @@
 //! ```
 
 mod address;
-mod status;
+mod errors;
 mod worker;
 
 use std::ffi::c_void;
@@ -107,7 +107,7 @@ use blockwire_core::{
 use ucx_sys::*;
 
 use address::UcxAddress;
-pub use worker::Progress;
+pub use worker::ProgressMode;
 use worker::{Memory, Settings, Ucx};
 
 /// The backend kind written in descriptors.
@@ -175,7 +175,7 @@ pub struct UcxXfer {
 /// was noted on the cell first, and wins).
 fn complete(cell: &TransferCell, status: ucs_status_t) {
     if status != UCS_OK {
-        cell.note_failure(status::reason("transfer", status));
+        cell.note_failure(errors::reason("transfer", status));
     }
     cell.finish();
 }
@@ -274,8 +274,8 @@ impl UcxBackend {
             .map_err(open_err)?
             .as_deref()
         {
-            None | Some("thread") => Progress::Thread,
-            Some("caller") => Progress::Caller,
+            None | Some("thread") => ProgressMode::Thread,
+            Some("caller") => ProgressMode::Caller,
             Some(other) => {
                 return Err(open_err(BackendError::new(
                     BackendErrorKind::InvalidOption,
@@ -381,7 +381,7 @@ impl Backend for UcxBackend {
         if status != UCS_OK {
             // SAFETY: no endpoint holds `health`; reclaim the Arc leaked above.
             drop(unsafe { Arc::from_raw(health) });
-            let e = status::error("ucp_ep_create", status);
+            let e = errors::error("ucp_ep_create", status);
             return Err(BackendError::new(
                 BackendErrorKind::MalformedAddress,
                 e.message(),
@@ -404,7 +404,7 @@ impl Backend for UcxBackend {
         if status != UCS_OK {
             peer.rkey = ptr::null_mut();
             close_peer(peer);
-            let e = status::error("ucp_ep_rkey_unpack", status);
+            let e = errors::error("ucp_ep_rkey_unpack", status);
             return Err(BackendError::new(
                 BackendErrorKind::MalformedAddress,
                 e.message(),
@@ -433,7 +433,7 @@ impl Backend for UcxBackend {
         // SAFETY: `health` lives as long as the peer.
         let health = unsafe { &*peer.health }.status.load(Ordering::Acquire);
         if health != UCS_OK {
-            return Err(status::error("peer endpoint failed", health));
+            return Err(errors::error("peer endpoint failed", health));
         }
         // Held through the flush: the endpoint and key are the worker's.
         let worker = self.ucx.worker().ok_or_else(revoked)?;
@@ -473,10 +473,10 @@ impl Backend for UcxBackend {
             if UCS_PTR_IS_ERR(request) {
                 let status = UCS_PTR_STATUS(request);
                 if i == 0 {
-                    return Err(status::error(&format!("posting {op}"), status));
+                    return Err(errors::error(&format!("posting {op}"), status));
                 }
                 // Earlier blocks are in flight: flush them, then report the failure.
-                shared.note_failure(status::reason("transfer", status));
+                shared.note_failure(errors::reason("transfer", status));
                 break;
             }
             if UCS_PTR_IS_PTR(request) {
@@ -514,7 +514,7 @@ impl Backend for UcxBackend {
     }
 
     fn state(&self, xfer: &mut UcxXfer) -> XferState {
-        if xfer.ucx.mode == Progress::Caller {
+        if xfer.ucx.mode == ProgressMode::Caller {
             xfer.ucx.progress_once();
         }
         xfer.shared.state()
@@ -648,7 +648,7 @@ fn close_peer(peer: UcxPeer) {
 /// completed by UCX).
 fn fail_posted(peer: &UcxPeer) {
     peer.link
-        .fail_posted(status::reason("transfer", UCS_ERR_CANCELED));
+        .fail_posted(errors::reason("transfer", UCS_ERR_CANCELED));
 }
 
 /// What a forced close did.

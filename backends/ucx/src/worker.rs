@@ -11,11 +11,11 @@ use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use ucx_sys::*;
 
-use crate::status::{check, error};
+use crate::errors::{check, error};
 
 /// How the worker makes progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Progress {
+pub enum ProgressMode {
     /// A thread of the backend progresses the worker, so a passive peer that never polls still
     /// receives writes (UCX over TCP, and over shared memory on memory it did not allocate,
     /// emulates RMA with active messages, which the target must progress).
@@ -45,7 +45,7 @@ pub(crate) enum Memory {
 pub(crate) struct Settings {
     pub(crate) tls: Option<String>,
     pub(crate) net_devices: Option<String>,
-    pub(crate) progress: Progress,
+    pub(crate) progress: ProgressMode,
     /// Bound on the progress thread's sleep when idle.
     pub(crate) idle_sleep: Duration,
 }
@@ -71,7 +71,7 @@ pub(crate) struct Ucx {
     /// The packed remote key of the whole region, for descriptors.
     pub(crate) rkey: Vec<u8>,
     progress: Mutex<Option<ProgressThread>>,
-    pub(crate) mode: Progress,
+    pub(crate) mode: ProgressMode,
     /// `true` while the worker lives. Every call on the worker holds it shared
     /// ([`Ucx::worker`]); `revoke` takes it exclusively and destroys the worker.
     live: RwLock<bool>,
@@ -123,44 +123,50 @@ fn config_set(config: *mut ucp_config_t, name: &str, value: &str) -> Result<(), 
         .map_err(|e| BackendError::new(BackendErrorKind::InvalidOption, e.message().to_owned()))
 }
 
+/// Reads UCX's configuration (defaults and `UCX_*` variables), applies the settings'
+/// transports and devices, and creates an RMA context.
+fn init_context(settings: &Settings) -> Result<ucp_context_h, BackendError> {
+    let mut config: *mut ucp_config_t = ptr::null_mut();
+    // SAFETY: null prefix and file mean the defaults plus UCX_* environment variables.
+    check("reading UCX config", unsafe {
+        ucp_config_read(ptr::null(), ptr::null(), &mut config)
+    })?;
+    let configured = (|| {
+        if let Some(tls) = &settings.tls {
+            config_set(config, "TLS", tls)?;
+        }
+        if let Some(dev) = &settings.net_devices {
+            config_set(config, "NET_DEVICES", dev)?;
+        }
+        Ok::<(), BackendError>(())
+    })();
+    let mut context: ucp_context_h = ptr::null_mut();
+    let init = configured.and_then(|()| {
+        let params = ucp_params_t {
+            field_mask: UCP_PARAM_FIELD_FEATURES as u64,
+            features: UCP_FEATURE_RMA as u64,
+            ..Default::default()
+        };
+        // SAFETY: valid params and config, a writable handle.
+        check("ucp_init", unsafe {
+            ucp_init(&params, config, &mut context)
+        })
+    });
+    // SAFETY: `config` came from ucp_config_read and is not used after this.
+    unsafe { ucp_config_release(config) };
+    init.map(|()| context)
+}
+
 impl Ucx {
     /// Creates the context and worker and registers the region (one registration for all of
     /// it): the caller's memory, or `len` bytes UCX allocates (returned as the base address).
+    /// Named steps; on an error, `Drop` releases what was made.
     pub(crate) fn open(
         memory: Memory,
         settings: &Settings,
     ) -> Result<(Arc<Ucx>, *mut u8), BackendError> {
-        let mut config: *mut ucp_config_t = ptr::null_mut();
-        // SAFETY: null prefix and file mean the defaults plus UCX_* environment variables.
-        check("reading UCX config", unsafe {
-            ucp_config_read(ptr::null(), ptr::null(), &mut config)
-        })?;
-        let configured = (|| {
-            if let Some(tls) = &settings.tls {
-                config_set(config, "TLS", tls)?;
-            }
-            if let Some(dev) = &settings.net_devices {
-                config_set(config, "NET_DEVICES", dev)?;
-            }
-            Ok::<(), BackendError>(())
-        })();
-        let mut context: ucp_context_h = ptr::null_mut();
-        let init = configured.and_then(|()| {
-            let params = ucp_params_t {
-                field_mask: UCP_PARAM_FIELD_FEATURES as u64,
-                features: UCP_FEATURE_RMA as u64,
-                ..Default::default()
-            };
-            // SAFETY: valid params and config, a writable handle.
-            check("ucp_init", unsafe {
-                ucp_init(&params, config, &mut context)
-            })
-        });
-        // SAFETY: `config` came from ucp_config_read and is not used after this.
-        unsafe { ucp_config_release(config) };
-        init?;
         let mut ucx = Ucx {
-            context,
+            context: init_context(settings)?,
             worker: ptr::null_mut(),
             memh: ptr::null_mut(),
             allocated: matches!(memory, Memory::Allocate { .. }),
@@ -172,7 +178,16 @@ impl Ucx {
             abandoned: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
         };
-        // From here on, `ucx`'s Drop releases whatever was made.
+        ucx.create_worker()?;
+        let base = ucx.map_memory(memory)?;
+        if settings.progress == ProgressMode::Thread {
+            ucx.start_progress(settings.idle_sleep)?;
+        }
+        Ok((Arc::new(ucx), base))
+    }
+
+    /// Creates the thread-safe worker and reads its address.
+    fn create_worker(&mut self) -> Result<(), BackendError> {
         let wparams = ucp_worker_params_t {
             field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
             thread_mode: UCS_THREAD_MODE_MULTI,
@@ -180,19 +195,25 @@ impl Ucx {
         };
         // SAFETY: a live context, valid params, a writable handle.
         check("ucp_worker_create", unsafe {
-            ucp_worker_create(ucx.context, &wparams, &mut ucx.worker)
+            ucp_worker_create(self.context, &wparams, &mut self.worker)
         })?;
         let mut addr: *mut ucp_address_t = ptr::null_mut();
         let mut addr_len: usize = 0;
         // SAFETY: a live worker; UCX allocates the address, released below.
         check("ucp_worker_get_address", unsafe {
-            ucp_worker_get_address(ucx.worker, &mut addr, &mut addr_len)
+            ucp_worker_get_address(self.worker, &mut addr, &mut addr_len)
         })?;
         // SAFETY: UCX returned `addr_len` readable bytes at `addr`.
-        ucx.worker_address =
+        self.worker_address =
             unsafe { std::slice::from_raw_parts(addr as *const u8, addr_len) }.to_vec();
         // SAFETY: `addr` came from ucp_worker_get_address on this worker.
-        unsafe { ucp_worker_release_address(ucx.worker, addr) };
+        unsafe { ucp_worker_release_address(self.worker, addr) };
+        Ok(())
+    }
+
+    /// Maps the region (the caller's memory, or memory UCX allocates) and packs its remote
+    /// key; returns the region's base address.
+    fn map_memory(&mut self, memory: Memory) -> Result<*mut u8, BackendError> {
         let mparams = match memory {
             Memory::Caller(span) => ucp_mem_map_params_t {
                 field_mask: (UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH)
@@ -217,7 +238,7 @@ impl Ucx {
         // SAFETY: caller memory is valid for its length until the backend is dropped (the
         // caller's contract) and is unmapped in Drop before that; allocated memory is UCX's.
         check("ucp_mem_map", unsafe {
-            ucp_mem_map(ucx.context, &mparams, &mut ucx.memh)
+            ucp_mem_map(self.context, &mparams, &mut self.memh)
         })?;
         let mut attr = ucp_mem_attr_t {
             field_mask: UCP_MEM_ATTR_FIELD_ADDRESS as u64,
@@ -225,31 +246,33 @@ impl Ucx {
         };
         // SAFETY: a live memh and a writable attribute struct.
         check("ucp_mem_query", unsafe {
-            ucp_mem_query(ucx.memh, &mut attr)
+            ucp_mem_query(self.memh, &mut attr)
         })?;
-        let base = attr.address.cast::<u8>();
         let mut rkey: *mut std::ffi::c_void = ptr::null_mut();
         let mut rkey_len: usize = 0;
         // SAFETY: live context and memh; UCX allocates the buffer, released below.
         check("ucp_rkey_pack", unsafe {
-            ucp_rkey_pack(ucx.context, ucx.memh, &mut rkey, &mut rkey_len)
+            ucp_rkey_pack(self.context, self.memh, &mut rkey, &mut rkey_len)
         })?;
         // SAFETY: UCX returned `rkey_len` readable bytes at `rkey`.
-        ucx.rkey = unsafe { std::slice::from_raw_parts(rkey as *const u8, rkey_len) }.to_vec();
+        self.rkey = unsafe { std::slice::from_raw_parts(rkey as *const u8, rkey_len) }.to_vec();
         // SAFETY: `rkey` came from ucp_rkey_pack.
         unsafe { ucp_rkey_buffer_release(rkey) };
-        if settings.progress == Progress::Thread {
-            let worker = WorkerPtr(ucx.worker);
-            let thread = ProgressThread::spawn("ucx", settings.idle_sleep, move || {
-                let worker = &worker;
-                // SAFETY: the worker outlives this thread: `Ucx::revoke` and `Ucx::drop`
-                // stop and join it before they destroy the worker.
-                unsafe { ucp_worker_progress(worker.0) as usize }
-            })
-            .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
-            *ucx.progress.get_mut() = Some(thread);
-        }
-        Ok((Arc::new(ucx), base))
+        Ok(attr.address.cast::<u8>())
+    }
+
+    /// Starts the thread that progresses the worker while nobody polls.
+    fn start_progress(&mut self, idle_sleep: Duration) -> Result<(), BackendError> {
+        let worker = WorkerPtr(self.worker);
+        let thread = ProgressThread::spawn("ucx", idle_sleep, move || {
+            let worker = &worker;
+            // SAFETY: the worker outlives this thread: `Ucx::revoke` and `Ucx::drop` stop and
+            // join it before they destroy the worker.
+            unsafe { ucp_worker_progress(worker.0) as usize }
+        })
+        .map_err(|e| BackendError::other(format!("spawning the progress thread: {e}")))?;
+        *self.progress.get_mut() = Some(thread);
+        Ok(())
     }
 
     /// The worker, unless it was revoked.

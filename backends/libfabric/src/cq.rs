@@ -1,5 +1,6 @@
-//! The completion queues the progress thread serves: the backend's, and those of the peers'
-//! own endpoints (see `crate::endpoint`). Where the queues have wait objects (`tcp`, `net`),
+//! Completion queues: reading them (completions go to their operations' contexts,
+//! `crate::completion`), and the queues the progress thread serves: the backend's, and those
+//! of the peers' own endpoints (see `crate::endpoint`). Where the queues have wait objects (`tcp`, `net`),
 //! the thread sleeps in `epoll_wait` on all their file descriptors at once, after
 //! `fi_trywait` says nothing is pending (libfabric's protocol for waiting on several queues);
 //! otherwise it polls them.
@@ -11,9 +12,67 @@ use blockwire_core::BackendError;
 use libfabric_sys::*;
 use parking_lot::RwLock;
 
-use crate::completion::poll_cq;
-use crate::errors::check;
-use crate::fabric::Raw;
+use std::ffi::CStr;
+
+use crate::completion::complete;
+use crate::errors::{EAVAIL, check, reason};
+
+/// A completion queue's address, shared with the progress thread.
+pub(crate) struct Raw(pub(crate) *mut fid_cq);
+
+// SAFETY: the completion queue belongs to an FI_THREAD_SAFE domain; the pointer is an address.
+unsafe impl Send for Raw {}
+// SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
+unsafe impl Sync for Raw {}
+
+/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
+///
+/// # Safety
+///
+/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
+pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
+    let mut entries = [fi_cq_entry::default(); 16];
+    // SAFETY: `entries` holds 16 context-format entries.
+    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
+    // SAFETY: per this function's contract.
+    unsafe { dispatch(cq, n, &entries) }
+}
+
+/// Completes the `n` entries one read returned, or reads the error it announced.
+///
+/// # Safety
+///
+/// As for [`poll_cq`].
+unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
+    if n > 0 {
+        for e in &entries[..n as usize] {
+            // SAFETY: every operation is posted with a boxed OpContext, completed once.
+            unsafe { complete(e.op_context, None) };
+        }
+        return n as usize;
+    }
+    if n == EAVAIL {
+        let mut err = fi_cq_err_entry::default();
+        // SAFETY: a live queue and a writable error entry.
+        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
+        if r > 0 {
+            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
+            let text = unsafe {
+                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
+                if p.is_null() {
+                    String::new()
+                } else {
+                    CStr::from_ptr(p).to_string_lossy().into_owned()
+                }
+            };
+            tracing::debug!(err = err.err, %text, "libfabric completion error");
+            // SAFETY: as above.
+            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
+            return 1;
+        }
+    }
+    0
+}
 
 /// How long the progress thread sleeps in `epoll_wait` at most (a stop signals the backend's
 /// queue, which wakes it at once).
