@@ -124,7 +124,14 @@ pub fn main(backends: &dyn Backends) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("blockwire-bench: {e}");
+            // The error and its sources, as `Error::report` joins them.
+            let mut line = e.to_string();
+            let mut source = e.source();
+            while let Some(s) = source {
+                line.push_str(&format!(": {s}"));
+                source = s.source();
+            }
+            eprintln!("blockwire-bench: {line}");
             ExitCode::FAILURE
         }
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use blockwire::{Op, PeerId, Region, TransferId, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::{Args, Backends, Res, Shape, peer_process::PeerProcess};
+use crate::{Args, Backends, Res, Shape, peer_process::BenchPeer};
 
 /// The memory ceiling: single-thread `memcpy` over a working set the size of one region,
 /// measured again before every point so that it sees the same machine load as the point.
@@ -93,7 +93,7 @@ fn avg_p99(mut v: Vec<f64>) -> (f64, f64) {
 /// The remote side of a measurement: a transport here, or one in a spawned process.
 enum Remote {
     Here(Box<dyn Transport>),
-    Process(PeerProcess),
+    Process(BenchPeer),
 }
 
 /// Keeps `depth` transfers of `batch` blocks in flight for the run time.
@@ -123,7 +123,7 @@ pub(crate) fn throughput(
         a.region().fill_block(i, (i % 251) as u8)?;
     }
     let remote = if args.cross_process {
-        Remote::Process(PeerProcess::spawn(args, backend, blocks, block)?)
+        Remote::Process(BenchPeer::spawn(args, backend, blocks, block)?)
     } else {
         let b = backends.open(backend, blocks, block, options()?, args.allocate)?;
         for i in 0..blocks {

@@ -9,14 +9,14 @@ use blockwire::{PeerDescriptor, Transport};
 use crate::{Args, Backends, Res};
 
 /// A peer transport in a child process; dropping it ends the child.
-pub(crate) struct PeerProcess {
+pub(crate) struct BenchPeer {
     child: Child,
     stdin: Option<ChildStdin>,
     /// The child's transport, to add as a peer.
     pub(crate) descriptor: PeerDescriptor,
 }
 
-impl PeerProcess {
+impl BenchPeer {
     /// Starts this binary as the peer: a transport of `backend` with `blocks` blocks of
     /// `block` bytes and this run's options for it.
     pub(crate) fn spawn(args: &Args, backend: &str, blocks: u32, block: usize) -> Res<Self> {
@@ -37,7 +37,7 @@ impl PeerProcess {
         if let Some(out) = child.stdout.take() {
             BufReader::new(out).read_line(&mut line)?;
         }
-        let mut peer = PeerProcess {
+        let mut peer = BenchPeer {
             child,
             stdin,
             descriptor: PeerDescriptor::new(backend, Vec::new(), 0, 0, 0, ""),
@@ -51,7 +51,7 @@ impl PeerProcess {
     }
 }
 
-impl Drop for PeerProcess {
+impl Drop for BenchPeer {
     fn drop(&mut self) {
         drop(self.stdin.take());
         if let Err(e) = self.child.wait() {

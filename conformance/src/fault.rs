@@ -184,6 +184,11 @@ impl FaultPlan {
     }
 }
 
+/// How every fault the wrapper injects begins its message: the wrapper reports its faults with
+/// the kinds a real backend would use (`Other`, `RemoteDisconnect`, ...), and says in the
+/// message that it made them.
+pub const INJECTED: &str = "injected by FaultyBackend";
+
 /// A backend wrapper that injects faults on command ([`FaultPlan`]) and otherwise forwards to
 /// the real backend, so the faults land on real transfers moving real bytes. A fake for fault
 /// injection in the suite, never a backend of its own.
@@ -304,14 +309,14 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         let n = self.plan.0.posts.fetch_add(1, Ordering::SeqCst) + 1;
         if self.plan.0.fail_post_at.load(Ordering::SeqCst) == n {
             return Err(BackendError::new(
-                BackendErrorKind::Injected,
-                format!("injected: post #{n} fails"),
+                BackendErrorKind::Other,
+                format!("{INJECTED}: post #{n} fails"),
             ));
         }
         if self.disconnected() {
             return Err(BackendError::new(
                 BackendErrorKind::RemoteDisconnect,
-                "injected: peer disconnected",
+                format!("{INJECTED}: peer disconnected"),
             ));
         }
         let inner = self.inner.post(&peer.inner, op, local, remote)?;
@@ -325,17 +330,17 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn state(&self, xfer: &mut Self::Xfer) -> XferState {
         if self.disconnected() {
             self.inner.abort(&mut xfer.inner);
-            return XferState::Failed(FailureReason::RemoteDisconnect(
-                "injected: peer disconnected".into(),
-            ));
+            return XferState::Failed(FailureReason::RemoteDisconnect(format!(
+                "{INJECTED}: peer disconnected"
+            )));
         }
         if self.held(xfer) {
             return XferState::Running;
         }
         if self.plan.0.fail_state.load(Ordering::SeqCst) {
-            return XferState::Failed(FailureReason::StateCheck(
-                "injected: state check failed".into(),
-            ));
+            return XferState::Failed(FailureReason::StateCheck(format!(
+                "{INJECTED}: state check failed"
+            )));
         }
         self.inner.state(&mut xfer.inner)
     }

@@ -60,7 +60,7 @@ use std::sync::Arc;
 use blockwire::Transport;
 use libtest_mimic::{Completion, Trial};
 
-pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer};
+pub use fault::{FaultPlan, FaultyBackend, FaultyPeer, FaultyXfer, INJECTED};
 pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Setting, Spec};
 
 /// What a case needs from a fixture; without it the case is reported as ignored.

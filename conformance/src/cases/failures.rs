@@ -280,7 +280,8 @@ pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
         Err(Error::Submit {
             source, peer: p, ..
         }) => {
-            assert_eq!(source.kind(), BackendErrorKind::Injected);
+            assert_eq!(source.kind(), BackendErrorKind::Other);
+            assert!(source.message().starts_with(crate::INJECTED), "{source}");
             assert_eq!(p, peer);
         }
         other => panic!("expected the injected submit failure, got {other:?}"),

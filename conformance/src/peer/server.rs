@@ -37,14 +37,14 @@ pub(super) fn serve_inner(open: Opener) -> Fallible<()> {
         posted: Vec::new(),
     };
     served.fill(seed)?;
-    let desc = served.t.descriptor().map_err(|e| e.to_string())?;
+    let desc = served.t.descriptor().map_err(|e| e.report())?;
     say(&Reply::descriptor(&desc))?;
     for line in std::io::stdin().lock().lines() {
         let line = line.map_err(|e| e.to_string())?;
         let request =
             Request::from_line(&line).map_err(|e| format!("unknown request {line:?}: {e}"))?;
         if request == Request::Quit {
-            served.t.close().map_err(|e| e.to_string())?;
+            served.t.close().map_err(|e| e.report())?;
             return Ok(());
         }
         say(&served.answer(request)?)?;
@@ -66,7 +66,7 @@ impl Served {
             self.t
                 .region()
                 .write_block(i, &pattern(seed, i, self.len))
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.report())?;
         }
         Ok(())
     }
@@ -75,7 +75,7 @@ impl Served {
     fn holds(&self, seed: u8) -> Fallible<usize> {
         let mut n = 0;
         for i in 0..self.blocks {
-            if self.t.region().block(i).map_err(|e| e.to_string())? == pattern(seed, i, self.len) {
+            if self.t.region().block(i).map_err(|e| e.report())? == pattern(seed, i, self.len) {
                 n += 1;
             }
         }
@@ -91,7 +91,7 @@ impl Served {
                 let d = PeerDescriptor::from_bytes(&bytes).map_err(|e| e.to_string())?;
                 self.t
                     .add_remote_peer(&PeerId::from(name), &d)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| e.report())?;
                 Ok(Reply::Ok)
             }
             Request::Write { name, pairs } => {
@@ -100,7 +100,7 @@ impl Served {
                 let id = self
                     .t
                     .write_blocks(&peer, &local, &remote)
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| e.report())?;
                 wait_done(&*self.t, &peer, &[id]);
                 Ok(Reply::Ok)
             }
@@ -108,7 +108,7 @@ impl Served {
             Request::Settle { ms } => self.settle(Duration::from_millis(ms)),
             Request::DropAccess => drop_access().map(|()| Reply::Ok),
             Request::Close { seed } => {
-                self.t.close().map_err(|e| e.to_string())?;
+                self.t.close().map_err(|e| e.report())?;
                 self.fill(seed).map(|()| Reply::Ok)
             }
             Request::Holds { seed } => self.holds(seed).map(|blocks| Reply::Holds { blocks }),
@@ -123,7 +123,7 @@ impl Served {
                 Some((_, source)) => pattern(seed, *source, self.len),
                 None => pattern(self.seed, i, self.len),
             };
-            if self.t.region().block(i).map_err(|e| e.to_string())? != expect {
+            if self.t.region().block(i).map_err(|e| e.report())? != expect {
                 bad.push(i);
             }
         }
@@ -146,9 +146,9 @@ impl Served {
                 Ok(Reply::Id { id: id.0 })
             }
             Err(e @ (blockwire::Error::Submit { .. } | blockwire::Error::PeerFaulted { .. })) => {
-                Ok(Reply::Refused { why: e.to_string() })
+                Ok(Reply::Refused { why: e.report() })
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e.report()),
         }
     }
 
@@ -156,7 +156,7 @@ impl Served {
         let start = Instant::now();
         let (mut done, mut failed, mut first) = (0usize, 0usize, None);
         while !self.posted.is_empty() && start.elapsed() < wait {
-            let r = self.t.poll(None).map_err(|e| e.to_string())?;
+            let r = self.t.poll(None).map_err(|e| e.report())?;
             for id in r.done {
                 self.posted.retain(|p| *p != id);
                 done += 1;

@@ -50,7 +50,7 @@ pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
 pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
-    Capabilities, DescriptorError, Error, FailureReason, Op, OpenBackend, PeerDescriptor,
+    Capabilities, DescriptorError, Error, FailureReason, Op, OpenBackend, OsError, PeerDescriptor,
     PeerFault, PeerId, PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState,
 };
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -9,11 +9,19 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Every error a transport returns. `PartialEq` so tests can `assert_eq!` them.
 ///
+/// An error that wraps another (a backend's, the OS's) says what was being done and keeps the
+/// other as its [`source`](std::error::Error::source), never repeating it in its own message:
+/// [`Error::report`] gives the whole chain in one line.
+///
 /// ```
-/// use blockwire_core::{Error, PeerId};
+/// use blockwire_core::{BackendError, BackendErrorKind, Error, Op, PeerId};
 /// let e = Error::UnknownPeer(PeerId::from("p"));
 /// assert_eq!(e.to_string(), "unknown peer \"p\"");
 /// assert_eq!(Error::Closed, Error::Closed);
+/// let refused = BackendError::new(BackendErrorKind::RemoteDisconnect, "the peer is gone");
+/// let e = Error::Submit { peer: "p".into(), op: Op::Write, source: refused };
+/// assert_eq!(e.to_string(), "submitting WRITE to peer \"p\"");
+/// assert_eq!(e.report(), "submitting WRITE to peer \"p\": the peer is gone");
 /// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -73,7 +81,7 @@ pub enum Error {
         index: BlockIndex,
     },
     /// The peer's descriptor could not be decoded or is inconsistent.
-    #[error("invalid peer descriptor: {0}")]
+    #[error("invalid peer descriptor")]
     Descriptor(#[from] DescriptorError),
     /// The peer's descriptor belongs to another backend.
     #[error("peer {peer:?} speaks backend {remote:?}, this transport speaks {local:?}")]
@@ -106,7 +114,7 @@ pub enum Error {
         remote: String,
     },
     /// The backend could not connect to the peer.
-    #[error("connecting to peer {peer:?}: {source}")]
+    #[error("connecting to peer {peer:?}")]
     Connect {
         /// The peer.
         peer: PeerId,
@@ -123,7 +131,7 @@ pub enum Error {
         fault: PeerFault,
     },
     /// The backend refused to post the transfer; nothing is tracked.
-    #[error("submitting {op} to peer {peer:?}: {source}")]
+    #[error("submitting {op} to peer {peer:?}")]
     Submit {
         /// The peer.
         peer: PeerId,
@@ -149,7 +157,7 @@ pub enum Error {
         available: String,
     },
     /// Opening the backend failed.
-    #[error("opening backend {kind}: {source}")]
+    #[error("opening backend {kind}")]
     Open {
         /// Backend kind.
         kind: String,
@@ -160,13 +168,86 @@ pub enum Error {
     #[error("region: {0}")]
     Region(String),
     /// The operating system refused a resource the transport needs (a thread).
-    #[error("{what}: {message}")]
+    #[error("{what}")]
     Os {
         /// What was being done.
         what: &'static str,
-        /// The system's words.
-        message: String,
+        /// The system's error.
+        source: OsError,
     },
+}
+
+impl Error {
+    /// The error and each of its sources, joined by `": "`: one line for a log or a message.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendError, Error};
+    /// let e = Error::Open { kind: "ucx".into(), source: BackendError::other("no such device") };
+    /// assert_eq!(e.report(), "opening backend ucx: no such device");
+    /// ```
+    pub fn report(&self) -> String {
+        let mut line = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(e) = source {
+            line.push_str(": ");
+            line.push_str(&e.to_string());
+            source = e.source();
+        }
+        line
+    }
+}
+
+/// An [`std::io::Error`] the operating system returned, kept whole (its kind and errno), and
+/// cheap to clone so that [`Error`] stays `Clone`. Two are equal when their kind and errno
+/// are.
+///
+/// ```
+/// use blockwire_core::{Error, OsError};
+/// let e = Error::Os { what: "spawning a thread", source: std::io::Error::from_raw_os_error(libc::EAGAIN).into() };
+/// assert_eq!(e.to_string(), "spawning a thread");
+/// let Error::Os { source, .. } = &e else { unreachable!() };
+/// assert_eq!(source.io().raw_os_error(), Some(libc::EAGAIN));
+/// # let _: &OsError = source;
+/// ```
+#[derive(Debug, Clone)]
+pub struct OsError(std::sync::Arc<std::io::Error>);
+
+impl OsError {
+    /// The error itself.
+    ///
+    /// ```
+    /// let e = blockwire_core::OsError::from(std::io::Error::other("x"));
+    /// assert_eq!(e.io().kind(), std::io::ErrorKind::Other);
+    /// ```
+    pub fn io(&self) -> &std::io::Error {
+        &self.0
+    }
+}
+
+impl From<std::io::Error> for OsError {
+    fn from(e: std::io::Error) -> Self {
+        OsError(std::sync::Arc::new(e))
+    }
+}
+
+impl PartialEq for OsError {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.kind() == other.0.kind() && self.0.raw_os_error() == other.0.raw_os_error()
+    }
+}
+
+impl Eq for OsError {}
+
+impl fmt::Display for OsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for OsError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
 }
 
 /// The class of a [`BackendError`], for callers and the generic layer to act on.
@@ -188,8 +269,6 @@ pub enum BackendErrorKind {
     InvalidOption,
     /// The backend cannot do this.
     Unsupported,
-    /// A fault injected by a test wrapper.
-    Injected,
     /// Anything else the library reported.
     Other,
 }
@@ -238,15 +317,15 @@ impl BackendError {
     ///
     /// ```
     /// # use blockwire_core::{BackendError, BackendErrorKind};
-    /// let io = std::io::Error::from_raw_os_error(1); // EPERM
+    /// let io = std::io::Error::from_raw_os_error(libc::EPERM);
     /// let e = BackendError::from_io("reading peer memory", &io);
     /// assert_eq!(e.kind(), BackendErrorKind::PermissionDenied);
     /// assert!(e.message().starts_with("reading peer memory: "));
     /// ```
     pub fn from_io(context: &str, err: &std::io::Error) -> Self {
         let kind = match err.raw_os_error() {
-            Some(1) | Some(13) => BackendErrorKind::PermissionDenied,
-            Some(3) => BackendErrorKind::RemoteDisconnect,
+            Some(libc::EPERM) | Some(libc::EACCES) => BackendErrorKind::PermissionDenied,
+            Some(libc::ESRCH) => BackendErrorKind::RemoteDisconnect,
             _ => BackendErrorKind::Other,
         };
         Self::new(kind, format!("{context}: {err}"))

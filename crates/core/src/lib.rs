@@ -39,7 +39,7 @@ mod xfer;
 
 pub use backend::{Backend, BackendStats, Capabilities};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
-pub use error::{BackendError, BackendErrorKind, Error, Result};
+pub use error::{BackendError, BackendErrorKind, Error, OsError, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use open::OpenBackend;
 pub use options::BackendOptions;

@@ -136,7 +136,7 @@ impl<B: Backend> BlockTransport<B> {
             .spawn(move || registration_worker(worker_shared, worker_rx))
             .map_err(|e| Error::Os {
                 what: "spawning the registration worker",
-                message: e.to_string(),
+                source: e.into(),
             })?;
         tracing::debug!(
             backend = shared.backend.kind(),
