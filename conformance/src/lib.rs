@@ -163,6 +163,19 @@ pub fn suite<B: blockwire::OpenBackend>(setting: Setting<B>) -> Vec<Trial> {
     all
 }
 
+/// The `main` of a backend's `tests/suite.rs` (`harness = false`): the [`suite`] of every
+/// setting, run by [`run`] with the command line's arguments.
+///
+/// ```no_run
+/// use blockwire_conformance::Setting;
+/// use blockwire_shm::ShmBackend;
+/// blockwire_conformance::suite_main([Setting::<ShmBackend>::default(), Setting::new("1", "copy_threads=1")]);
+/// ```
+pub fn suite_main<B: blockwire::OpenBackend>(settings: impl IntoIterator<Item = Setting<B>>) -> ! {
+    let trials = settings.into_iter().flat_map(suite).collect();
+    run(libtest_mimic::Arguments::from_args(), trials)
+}
+
 /// Runs `trials` as the `main` of a test binary with `harness = false`, then exits: with
 /// `RUST_LOG` honoured (`tracing`), and failing if a transport the cases opened left a file
 /// named after this process in `/dev/shm` (every one is closed by then; the libfabric shm

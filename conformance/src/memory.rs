@@ -192,3 +192,17 @@ pub fn trial<F: Fixture>(fx: F) -> Trial {
         Ok(())
     })
 }
+
+/// The `main` of a backend's `tests/memory.rs` (`harness = false`): one [`trial`] per
+/// fixture, run one after another (each measures the whole process), then exits.
+///
+/// ```no_run
+/// use blockwire_conformance::{Plain, Setting, memory};
+/// memory::main([Plain(Setting::<blockwire_shm::ShmBackend>::default())]);
+/// ```
+pub fn main<F: Fixture>(fixtures: impl IntoIterator<Item = F>) -> ! {
+    let mut args = libtest_mimic::Arguments::from_args();
+    args.test_threads = Some(1);
+    let trials = fixtures.into_iter().map(trial).collect();
+    libtest_mimic::run(&args, trials).exit()
+}

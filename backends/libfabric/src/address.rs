@@ -1,7 +1,8 @@
 //! The libfabric backend's address bytes: provider, endpoint name, memory key, addressing
 //! mode, and the region the key covers.
 
-use blockwire_core::{BackendError, BackendErrorKind, RegisteredRegion};
+use blockwire_core::kit::{AddressReader, AddressWriter};
+use blockwire_core::{BackendError, RegisteredRegion};
 
 const MAGIC: &[u8; 4] = b"OFI2";
 /// Bound on the provider and endpoint names (a sockaddr, or the shm provider's
@@ -25,61 +26,39 @@ pub(crate) struct OfiAddress {
 
 impl OfiAddress {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(32 + self.provider.len() + self.name.len());
-        out.extend_from_slice(MAGIC);
-        for part in [self.provider.as_bytes(), &self.name] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
-        out.extend_from_slice(&self.key.to_le_bytes());
-        out.push(u8::from(self.virt));
-        self.region.encode(&mut out);
-        out
+        AddressWriter::new(MAGIC)
+            .bytes(self.provider.as_bytes())
+            .bytes(&self.name)
+            .u64(self.key)
+            .u8(u8::from(self.virt))
+            .region(&self.region)
+            .finish()
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, BackendError> {
-        let bad = |why: &str| {
-            BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                format!("libfabric address: {why}"),
-            )
+        let mut r = AddressReader::new("libfabric address", MAGIC, bytes)?;
+        let provider = r.bytes("provider", MAX_PART)?;
+        let name = r.bytes("endpoint name", MAX_PART)?;
+        let key = r.u64("key")?;
+        let virt = match r.u8("addressing mode")? {
+            0 => false,
+            1 => true,
+            _ => return Err(r.bad("addressing mode")),
         };
-        let rest = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("bad magic"))?;
-        let (provider, rest) = part(rest).ok_or_else(|| bad("provider truncated"))?;
-        let (name, rest) = part(rest).ok_or_else(|| bad("endpoint name truncated"))?;
-        let key = rest
-            .get(..8)
-            .and_then(|k| k.try_into().ok())
-            .map(u64::from_le_bytes)
-            .ok_or_else(|| bad("key truncated"))?;
-        let virt = match rest.get(8) {
-            Some(0) => false,
-            Some(1) => true,
-            _ => return Err(bad("addressing mode")),
-        };
-        let (region, rest) = RegisteredRegion::decode(&rest[9..])?;
-        if !rest.is_empty() {
-            return Err(bad("trailing bytes"));
-        }
+        let region = r.region()?;
         if name.is_empty() {
-            return Err(bad("empty endpoint name"));
+            return Err(r.bad("empty endpoint name"));
         }
+        let provider = String::from_utf8(provider.to_vec()).map_err(|_| r.bad("provider name"))?;
+        r.finish()?;
         Ok(OfiAddress {
-            provider: String::from_utf8(provider.to_vec()).map_err(|_| bad("provider name"))?,
+            provider,
             name: name.to_vec(),
             key,
             virt,
             region,
         })
     }
-}
-
-fn part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    if len > MAX_PART {
-        return None;
-    }
-    Some((bytes.get(4..4 + len)?, bytes.get(4 + len..)?))
 }
 
 #[cfg(test)]

@@ -183,10 +183,7 @@ impl OpenBackend for OfiBackend {
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
     unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
-        let open_err = |source| Error::Open {
-            kind: KIND.into(),
-            source,
-        };
+        let open_err = Error::opening(KIND);
         let provider = match options
             .take::<String>("provider")
             .map_err(open_err)?

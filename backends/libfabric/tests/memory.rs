@@ -8,11 +8,5 @@ use blockwire_conformance::{Plain, memory};
 mod settings;
 
 fn main() {
-    let mut args = libtest_mimic::Arguments::from_args();
-    args.test_threads = Some(1);
-    let trials = settings::settings()
-        .into_iter()
-        .map(|s| memory::trial(Plain(s)))
-        .collect();
-    libtest_mimic::run(&args, trials).exit();
+    memory::main(settings::settings().into_iter().map(Plain));
 }

@@ -11,9 +11,5 @@ use blockwire_conformance::model::random;
 mod settings;
 
 fn main() {
-    let trials = settings::settings()
-        .into_iter()
-        .map(|s| random::trial(Plain(s), &[4096]))
-        .collect();
-    random::run_trials(trials).exit();
+    random::main(settings::settings().into_iter().map(Plain), &[4096]);
 }

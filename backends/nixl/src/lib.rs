@@ -219,10 +219,7 @@ impl OpenBackend for NixlBackend {
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
     unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
-        let open_err = |source| Error::Open {
-            kind: KIND.into(),
-            source,
-        };
+        let open_err = Error::opening(KIND);
         let plugin = options
             .take::<String>("backend")
             .map_err(open_err)?

@@ -7,11 +7,5 @@ use blockwire_conformance::{Plain, Setting, memory};
 use blockwire_nixl::NixlBackend;
 
 fn main() {
-    let mut args = libtest_mimic::Arguments::from_args();
-    args.test_threads = Some(1);
-    libtest_mimic::run(
-        &args,
-        vec![memory::trial(Plain(Setting::<NixlBackend>::default()))],
-    )
-    .exit();
+    memory::main([Plain(Setting::<NixlBackend>::default())]);
 }

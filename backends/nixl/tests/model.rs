@@ -22,9 +22,5 @@ use blockwire_nixl::NixlBackend;
 fn main() {
     // 1 MiB blocks now and then, so transfers are really in flight when cancelled, removed or
     // closed.
-    let trials = vec![random::trial(
-        Plain(Setting::<NixlBackend>::default()),
-        &[4096, 1 << 20],
-    )];
-    random::run_trials(trials).exit();
+    random::main([Plain(Setting::<NixlBackend>::default())], &[4096, 1 << 20]);
 }

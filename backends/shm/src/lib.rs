@@ -261,10 +261,7 @@ impl OpenBackend for ShmBackend {
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
     unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
-        let open_err = |source| Error::Open {
-            kind: KIND.into(),
-            source,
-        };
+        let open_err = Error::opening(KIND);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let threads = options
             .take::<usize>("copy_threads")

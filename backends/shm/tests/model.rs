@@ -11,11 +11,10 @@ use blockwire_conformance::model::random;
 mod settings;
 
 fn main() {
-    let trials = settings::settings()
-        .into_iter()
-        // 1 MiB blocks now and then, so transfers are really in flight when cancelled, removed
-        // or closed.
-        .map(|s| random::trial(Plain(s), &[4096, 1 << 20]))
-        .collect();
-    random::run_trials(trials).exit();
+    // 1 MiB blocks now and then, so transfers are really in flight when cancelled, removed
+    // or closed.
+    random::main(
+        settings::settings().into_iter().map(Plain),
+        &[4096, 1 << 20],
+    );
 }

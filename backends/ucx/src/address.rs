@@ -1,7 +1,8 @@
 //! The ucx backend's address bytes: the UCP worker address, the packed remote key of the
 //! whole region, and the region that key covers.
 
-use blockwire_core::{BackendError, BackendErrorKind, RegisteredRegion};
+use blockwire_core::kit::{AddressReader, AddressWriter};
+use blockwire_core::{BackendError, RegisteredRegion};
 
 const MAGIC: &[u8; 4] = b"UCX2";
 /// Bound on each part, far above what UCX produces (a few hundred bytes).
@@ -18,50 +19,28 @@ pub(crate) struct UcxAddress {
 
 impl UcxAddress {
     pub(crate) fn to_bytes(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            12 + RegisteredRegion::ENCODED_LEN + self.worker.len() + self.rkey.len(),
-        );
-        out.extend_from_slice(MAGIC);
-        for part in [&self.worker, &self.rkey] {
-            out.extend_from_slice(&(part.len() as u32).to_le_bytes());
-            out.extend_from_slice(part);
-        }
-        self.region.encode(&mut out);
-        out
+        AddressWriter::new(MAGIC)
+            .bytes(&self.worker)
+            .bytes(&self.rkey)
+            .region(&self.region)
+            .finish()
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, BackendError> {
-        let bad = |why: &str| {
-            BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                format!("ucx address: {why}"),
-            )
-        };
-        let rest = bytes.strip_prefix(MAGIC).ok_or_else(|| bad("bad magic"))?;
-        let (worker, rest) = part(rest).ok_or_else(|| bad("worker address truncated"))?;
-        let (rkey, rest) = part(rest).ok_or_else(|| bad("remote key truncated"))?;
-        let (region, rest) = RegisteredRegion::decode(rest)?;
-        if !rest.is_empty() {
-            return Err(bad("trailing bytes"));
-        }
+        let mut r = AddressReader::new("ucx address", MAGIC, bytes)?;
+        let worker = r.bytes("worker address", MAX_PART)?;
+        let rkey = r.bytes("remote key", MAX_PART)?;
+        let region = r.region()?;
         if worker.is_empty() || rkey.is_empty() {
-            return Err(bad("empty worker address or remote key"));
+            return Err(r.bad("empty worker address or remote key"));
         }
+        r.finish()?;
         Ok(UcxAddress {
             worker: worker.to_vec(),
             rkey: rkey.to_vec(),
             region,
         })
     }
-}
-
-fn part(bytes: &[u8]) -> Option<(&[u8], &[u8])> {
-    let len = u32::from_le_bytes(bytes.get(..4)?.try_into().ok()?) as usize;
-    if len > MAX_PART {
-        return None;
-    }
-    let body = bytes.get(4..4 + len)?;
-    Some((body, &bytes[4 + len..]))
 }
 
 #[cfg(test)]

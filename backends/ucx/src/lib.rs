@@ -263,10 +263,7 @@ impl UcxBackend {
     }
 
     fn open_memory(memory: Memory, mut options: BackendOptions) -> Result<Self, Error> {
-        let open_err = |source| Error::Open {
-            kind: KIND.into(),
-            source,
-        };
+        let open_err = Error::opening(KIND);
         let tls = options.take::<String>("tls").map_err(open_err)?;
         let net_devices = options.take::<String>("net_devices").map_err(open_err)?;
         let progress = match options

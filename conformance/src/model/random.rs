@@ -396,3 +396,18 @@ pub fn run_trials(trials: Vec<Trial>) -> Conclusion {
     args.test_threads = Some(1);
     libtest_mimic::run(&args, trials)
 }
+
+/// The `main` of a backend's `tests/model.rs` (`harness = false`): one [`trial`] per fixture
+/// with blocks of `block_lens` bytes, run by [`run_trials`], then exits.
+///
+/// ```no_run
+/// use blockwire_conformance::{Plain, Setting, model::random};
+/// random::main([Plain(Setting::<blockwire_shm::ShmBackend>::default())], &[4096]);
+/// ```
+pub fn main<F: Fixture>(fixtures: impl IntoIterator<Item = F>, block_lens: &[usize]) -> ! {
+    let trials = fixtures
+        .into_iter()
+        .map(|fx| trial(fx, block_lens))
+        .collect();
+    run_trials(trials).exit()
+}

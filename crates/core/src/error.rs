@@ -178,6 +178,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// Wraps a backend's error while opening backend `kind` ([`Error::Open`]): for
+    /// `map_err` in an `OpenBackend::open`.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendError, Error};
+    /// let e = Err::<(), _>(BackendError::other("no device")).map_err(Error::opening("ucx"));
+    /// assert_eq!(e.unwrap_err().report(), "opening backend ucx: no device");
+    /// ```
+    pub fn opening(kind: &str) -> impl Fn(BackendError) -> Error + Copy + '_ {
+        move |source| Error::Open {
+            kind: kind.to_owned(),
+            source,
+        }
+    }
+
     /// The error and each of its sources, joined by `": "`: one line for a log or a message.
     ///
     /// ```

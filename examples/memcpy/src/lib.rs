@@ -61,10 +61,7 @@ impl OpenBackend for MemcpyBackend {
     unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self> {
         options
             .finish(Self::KIND)
-            .map_err(|source| blockwire_core::Error::Open {
-                kind: Self::KIND.into(),
-                source,
-            })?;
+            .map_err(blockwire_core::Error::opening(Self::KIND))?;
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             span,

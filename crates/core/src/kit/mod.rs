@@ -8,8 +8,11 @@
 //! - [`PostedTransfers`]: the transfers posted to one peer, for a cut;
 //! - [`LiveCounts`]: live peers and transfers, for `Backend::stats`;
 //! - [`ProgressThread`]: a thread that drives a library's progress while nobody polls;
-//! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd).
+//! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd);
+//! - [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read
+//!   back with every length checked.
 
+mod address;
 mod cell;
 mod link;
 mod live;
@@ -17,6 +20,7 @@ mod posted;
 pub mod process;
 mod progress;
 
+pub use address::{AddressReader, AddressWriter};
 pub use cell::TransferCell;
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};
