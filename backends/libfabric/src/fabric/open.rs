@@ -1,97 +1,21 @@
-//! The libfabric resources of one backend (fabric, domain, RDM endpoint, completion queue,
-//! address vector, the region's registration), the completion dispatch and the progress
-//! thread.
+//! Opening a [`Fabric`], in named steps: the provider's info, the domain, the endpoint with
+//! its queue and address vector, the region's registration, and the threads.
 
-use std::ffi::{CStr, CString, c_void};
+use std::ffi::{CStr, CString};
 use std::ptr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use blockwire_core::kit::ProgressThread;
 use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
+use super::{Fabric, RawFabric, Settings};
 use crate::completion::Outstanding;
 use crate::cq::{PeerQueues, Raw, poll_cq};
 use crate::errors::{check, error};
 use crate::local;
 use crate::retry::{MainPost, Retries};
-
-/// Settings from the backend options.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    pub(crate) provider: String,
-    pub(crate) domain: Option<String>,
-    /// Bound on the progress thread's sleep when idle (polling progress).
-    pub(crate) idle_sleep: Duration,
-    /// Block on the completion queue's wait object where the provider offers one.
-    pub(crate) wait: bool,
-    /// Post to each peer through an endpoint of its own (see `crate::endpoint`); `None`:
-    /// wherever the provider allows it.
-    pub(crate) endpoint_per_peer: Option<bool>,
-    /// How long refused posts are retried (half the transport's stall timeout, `crate::retry`).
-    pub(crate) give_up_after: Option<Duration>,
-}
-
-struct RawFabric(*mut fid_fabric);
-// SAFETY: the fabric of an FI_THREAD_SAFE domain; the pointer is an address.
-unsafe impl Send for RawFabric {}
-
-/// Everything libfabric, closed in order on drop (after every peer and transfer: they hold an
-/// `Arc` of it).
-pub(crate) struct Fabric {
-    info: *mut fi_info,
-    /// The entry of `info` in use (freed with it).
-    pub(crate) chosen: *mut fi_info,
-    fabric: *mut fid_fabric,
-    pub(crate) domain: *mut fid_domain,
-    pub(crate) ep: *mut fid_ep,
-    /// Operations posted through `ep` and not completed yet.
-    pub(crate) outstanding: Arc<Outstanding>,
-    pub(crate) cq: *mut fid_cq,
-    pub(crate) av: *mut fid_av,
-    mr: *mut fid_mr,
-    /// Local descriptor of the region's registration (`FI_MR_LOCAL`), or null.
-    pub(crate) desc: *mut c_void,
-    pub(crate) key: u64,
-    pub(crate) virt: bool,
-    pub(crate) name: Vec<u8>,
-    pub(crate) provider: String,
-    /// What `fi_getinfo` granted, in words (for logs and users).
-    pub(crate) attributes: String,
-    progress: Mutex<Option<ProgressThread>>,
-    /// Operations the provider refused for now, and their thread (`crate::retry`).
-    pub(crate) retries: Arc<Retries>,
-    /// Set by [`Fabric::revoke`]; what it closed already.
-    revoked: Mutex<Option<Revoked>>,
-    /// The completion queue has a wait object (the progress thread blocks on it).
-    waitable: bool,
-    /// Registrations are bound to an endpoint (`FI_MR_ENDPOINT`).
-    pub(crate) mr_endpoint: bool,
-    /// See `Settings::endpoint_per_peer`.
-    pub(crate) endpoint_per_peer: bool,
-    /// The completion queues of the peers' own endpoints, read by the progress thread too.
-    /// Set once the backend's queue is open.
-    pub(crate) peer_queues: Arc<PeerQueues>,
-}
-
-// SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
-// from any thread; the raw pointers are only addresses of libfabric objects this struct owns.
-unsafe impl Send for Fabric {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for Fabric {}
-
-fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
-    let c = CString::new(s)
-        .map_err(|_| BackendError::new(BackendErrorKind::InvalidOption, format!("{s:?}")))?;
-    // SAFETY: a valid NUL-terminated string; strdup's copy is freed by fi_freeinfo.
-    let dup = unsafe { libc::strdup(c.as_ptr()) };
-    if dup.is_null() {
-        return Err(BackendError::other("out of memory"));
-    }
-    Ok(dup)
-}
 
 impl Fabric {
     /// Opens every resource and registers `span` once, in named steps; on an error, `Drop`
@@ -371,83 +295,17 @@ impl Fabric {
         self.retries
             .start(MainPost(self.ep, self.outstanding.clone(), self.desc))
     }
+}
 
-    /// Wakes the progress thread.
-    pub(crate) fn kick(&self) {
-        if let Some(t) = &*self.progress.lock() {
-            t.kick();
-        }
+fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
+    let c = CString::new(s)
+        .map_err(|_| BackendError::new(BackendErrorKind::InvalidOption, format!("{s:?}")))?;
+    // SAFETY: a valid NUL-terminated string; strdup's copy is freed by fi_freeinfo.
+    let dup = unsafe { libc::strdup(c.as_ptr()) };
+    if dup.is_null() {
+        return Err(BackendError::other("out of memory"));
     }
-
-    /// Stops the retry thread; whether one is stuck in a post (see `crate::retry`), and the
-    /// endpoint and what it is bound to must then stay open.
-    fn stop_retries(&self) -> bool {
-        let wedged = self.retries.stop();
-        if wedged {
-            tracing::error!(
-                provider = %self.provider,
-                "libfabric: a retry thread is stuck in a post: the endpoint stays open, and \
-                 the region registered, for the process's lifetime"
-            );
-        }
-        wedged
-    }
-
-    /// Whether [`Fabric::revoke`] ran.
-    pub(crate) fn is_revoked(&self) -> bool {
-        self.revoked.lock().is_some()
-    }
-
-    /// Revokes every peer's access to the region (idempotent; called when no transfer of
-    /// this backend is held). The provider copies into and out of the region only in this
-    /// side's progress, after checking the key: so the progress thread stops, and the
-    /// registration closes. On `tcp` and the like the receiving endpoint closes too (peers'
-    /// connections reset: their transfers fail). On `shm` the endpoint's file is removed (a
-    /// peer in another process sees it gone and cuts its link), this process's endpoints that
-    /// link to it are cut, and the endpoint itself closes with the last of them
-    /// (`crate::local`).
-    pub(crate) fn revoke(&self) {
-        let mut revoked = self.revoked.lock();
-        if revoked.is_some() {
-            return;
-        }
-        let shm = self.provider == "shm";
-        let wedged = self.stop_retries();
-        // First: this endpoint's progress serves peers' commands by writing into their
-        // regions, which a peer endpoint of this process unmaps when it closes (below).
-        if let Some(mut t) = self.progress.lock().take() {
-            t.stop();
-        }
-        if shm {
-            for link in local::revoke(&self.name) {
-                link.cut_local_peer();
-            }
-        }
-        let mut done = Revoked {
-            mr_closed: false,
-            ep_closed: false,
-        };
-        // SAFETY: no thread progresses these objects any more, and no post runs (the
-        // transport refuses them after close); each is closed once (`Drop` skips what this
-        // closed).
-        unsafe {
-            if !self.mr.is_null() && !wedged {
-                close("closing the memory registration", &mut (*self.mr).fid);
-                done.mr_closed = true;
-            }
-            if !shm && !wedged && !self.ep.is_null() {
-                close("closing the endpoint", &mut (*self.ep).fid);
-                done.ep_closed = true;
-            }
-        }
-        if let (true, Some(file)) = (shm, crate::link::shm_file_name(&self.name)) {
-            let path = std::path::Path::new("/dev/shm").join(file);
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::debug!(path = %path.display(), error = %e, "removing the shm endpoint's file");
-            }
-        }
-        *revoked = Some(done);
-    }
+    Ok(dup)
 }
 
 /// Asks `fi_getinfo` for RDM endpoints with RMA and delivery completion from the provider
@@ -537,70 +395,4 @@ unsafe fn choose_domain(
             seen.join(", ")
         ),
     ))
-}
-
-/// What [`Fabric::revoke`] closed.
-struct Revoked {
-    mr_closed: bool,
-    ep_closed: bool,
-}
-
-pub(crate) fn close(what: &str, fid: *mut fid) {
-    if fid.is_null() {
-        return;
-    }
-    // SAFETY: a live object owned by the Fabric being dropped, closed once.
-    let ret = unsafe { fi_close(fid) };
-    if ret != 0 {
-        tracing::warn!(error = %error(what, ret as isize), "libfabric teardown");
-    }
-}
-
-impl Drop for Fabric {
-    fn drop(&mut self) {
-        let wedged = self.stop_retries();
-        if let Some(mut t) = self.progress.get_mut().take() {
-            t.stop();
-        }
-        if self.provider == "shm" {
-            local::unregister(&self.name);
-        }
-        if wedged {
-            // The stuck post uses the endpoint and what it is bound to: none of it is closed.
-            return;
-        }
-        let (mr_closed, ep_closed) = self
-            .revoked
-            .get_mut()
-            .as_ref()
-            .map_or((false, false), |r| (r.mr_closed, r.ep_closed));
-        // SAFETY: each pointer is null or a live object of this Fabric (not closed by
-        // `revoke`); `fid` is the first field of every fid_* struct. Order: endpoint, then
-        // what it was bound to, then the registration, domain and fabric.
-        unsafe {
-            if !self.ep.is_null() && !ep_closed {
-                close("closing the endpoint", &mut (*self.ep).fid);
-            }
-            if !self.mr.is_null() && !mr_closed {
-                close("closing the memory registration", &mut (*self.mr).fid);
-            }
-            if !self.av.is_null() {
-                close("closing the address vector", &mut (*self.av).fid);
-            }
-            if !self.cq.is_null() {
-                close("closing the completion queue", &mut (*self.cq).fid);
-            }
-            // The endpoint and its queue are closed: what it never completed, it never will.
-            self.outstanding.abandon();
-            if !self.domain.is_null() {
-                close("closing the domain", &mut (*self.domain).fid);
-            }
-            if !self.fabric.is_null() {
-                close("closing the fabric", &mut (*self.fabric).fid);
-            }
-            if !self.info.is_null() {
-                fi_freeinfo(self.info);
-            }
-        }
-    }
 }
