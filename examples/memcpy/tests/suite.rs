@@ -1,11 +1,9 @@
-//! The whole conformance suite on the memcpy backend, plain and with injected faults.
+//! The whole conformance suite on the memcpy backend, plain and with injected faults:
+//! `cargo test -p blockwire-example-memcpy --test suite [-- FILTER]`.
 
-use blockwire_conformance::{Setting, run, suite};
+use blockwire_conformance::{Setting, suite_main};
 use blockwire_example_memcpy::MemcpyBackend;
 
 fn main() {
-    run(
-        libtest_mimic::Arguments::from_args(),
-        suite(Setting::<MemcpyBackend>::default()),
-    );
+    suite_main([Setting::<MemcpyBackend>::default()]);
 }
