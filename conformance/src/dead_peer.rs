@@ -63,7 +63,7 @@ pub fn dead_peer_with(
     opts: &str,
     bound: Duration,
 ) -> Fallible<DeadPeerReport> {
-    let err = |e: blockwire::Error| e.to_string();
+    let err = |e: blockwire::Error| e.report();
     let me = open(backend, BLOCKS, LEN, opts)?;
     for i in 0..BLOCKS {
         me.region()

@@ -58,7 +58,7 @@ fn surface(
                 ids.len()
             ));
         }
-        record(&mut seen, t.poll(Some(peer)).map_err(|e| e.to_string())?);
+        record(&mut seen, t.poll(Some(peer)).map_err(|e| e.report())?);
         std::thread::sleep(Duration::from_millis(1));
     }
     Ok(seen)
@@ -100,7 +100,7 @@ fn holds(child: &mut SpawnedPeer, seed: u8) -> Fallible<usize> {
 fn local_holds(t: &dyn Transport) -> Fallible<usize> {
     let mut n = 0;
     for i in 0..BLOCKS {
-        if t.region().block(i).map_err(|e| e.to_string())? == pattern(CANARY, i, LEN) {
+        if t.region().block(i).map_err(|e| e.report())? == pattern(CANARY, i, LEN) {
             n += 1;
         }
     }
@@ -111,7 +111,7 @@ fn fill_canary(t: &dyn Transport) -> Fallible<()> {
     for i in 0..BLOCKS {
         t.region()
             .write_block(i, &pattern(CANARY, i, LEN))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.report())?;
     }
     Ok(())
 }
@@ -146,7 +146,7 @@ pub fn target_side_with(
             let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
             let peer = PeerId::from("child");
             me.add_remote_peer(&peer, &child.descriptor)
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| e.report())?;
             let what = format!(
                 "the child closed {} this side's {op}s",
                 if during { "during" } else { "before" }
@@ -195,7 +195,7 @@ pub fn target_side_with(
         for op in [Op::Write, Op::Read] {
             let me = open(backend, BLOCKS, LEN, opts)?;
             let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 3, opts)?;
-            let desc = me.descriptor().map_err(|e| e.to_string())?;
+            let desc = me.descriptor().map_err(|e| e.report())?;
             child.expect_ok(&Request::add("parent", &desc))?;
             let what = format!(
                 "this side closed {} the child's {op}s",
@@ -220,7 +220,7 @@ pub fn target_side_with(
                     post(&mut child)?;
                 }
             }
-            me.close().map_err(|e| e.to_string())?;
+            me.close().map_err(|e| e.report())?;
             fill_canary(&*me)?;
             if !during {
                 for _ in 0..2 {

@@ -49,7 +49,7 @@ fn missing_runtime_child() {
     let err = open(BackendOptions::new().with("lib_dir", "/nonexistent"))
         .err()
         .expect("opened without a runtime");
-    let text = err.to_string();
+    let text = err.report();
     assert!(text.contains("setup-backends.sh"), "{text}");
     assert!(!blockwire_nixl::runtime_loaded());
 }

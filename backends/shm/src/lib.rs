@@ -256,7 +256,7 @@ impl OpenBackend for ShmBackend {
     /// let mut mem = vec![0u8; 2 * 512];
     /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 512).unwrap();
     /// // SAFETY: `mem` outlives the backend.
-    /// let b = unsafe { blockwire_shm::blockwire_shm::ShmBackend::open(span, BackendOptions::new().with("copy_threads", "1"))? };
+    /// let b = unsafe { blockwire_shm::ShmBackend::open(span, BackendOptions::new().with("copy_threads", "1"))? };
     /// assert_eq!(b.kind(), "shm");
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```

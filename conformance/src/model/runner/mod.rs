@@ -53,13 +53,13 @@ impl<'s, T: Transport> Runner<'s, T> {
         let spec = |n: u32| Spec::new(n, setup.block_len);
         let local = fx
             .open(&spec(setup.num_blocks))
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.report())?
             .transport;
         let mut remotes = Vec::new();
         let mut descs = Vec::new();
         for &n in &setup.remote_blocks {
-            let r = fx.open(&spec(n)).map_err(|e| e.to_string())?.transport;
-            descs.push(r.descriptor().map_err(|e| e.to_string())?);
+            let r = fx.open(&spec(n)).map_err(|e| e.report())?.transport;
+            descs.push(r.descriptor().map_err(|e| e.report())?);
             remotes.push(r);
         }
         Ok(Runner {
