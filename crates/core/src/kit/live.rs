@@ -2,7 +2,7 @@
 
 use crate::BackendStats;
 
-/// Counts a backend's live peers and transfers, for [`Backend::stats`]: each connected peer and
+/// Counts a backend's live peers and transfers, for [`Backend::stats`](crate::Backend::stats): each connected peer and
 /// each posted transfer holds a [`Live`] guard, and dropping the guard uncounts it. Cheap to
 /// clone; clones share the counts.
 ///
