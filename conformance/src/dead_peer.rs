@@ -206,7 +206,7 @@ pub fn dead_peer_with(
     // The victim restarted: a new descriptor under the same name, and writes reach it.
     let mut restarted = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 4, opts)?;
     me.add_remote_peer(&v, &restarted.descriptor)
-        .map_err(|e| format!("{backend}: adding the restarted peer: {e}"))?;
+        .map_err(|e| format!("{backend}: adding the restarted peer: {}", e.report()))?;
     let id = me.write_blocks(&v, &range(0), &range(8)).map_err(err)?;
     let deadline = Instant::now() + bound;
     loop {

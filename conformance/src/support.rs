@@ -15,7 +15,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(15);
 /// Opens a transport or fails the case.
 pub fn open<F: Fixture>(fx: &F, spec: &Spec) -> Opened<F::Transport> {
     fx.open(spec)
-        .unwrap_or_else(|e| panic!("{}: opening a transport: {e}", fx.name()))
+        .unwrap_or_else(|e| panic!("{}: opening a transport: {}", fx.name(), e.report()))
 }
 
 /// Registers `b` on `a` under `name` (synchronously) or fails the case.
@@ -23,7 +23,7 @@ pub fn connect<T: Transport>(a: &T, name: &str, b: &T) -> PeerId {
     let peer = PeerId::from(name);
     let desc = b.descriptor().expect("descriptor");
     a.add_remote_peer(&peer, &desc)
-        .unwrap_or_else(|e| panic!("add_remote_peer({name}): {e}"));
+        .unwrap_or_else(|e| panic!("add_remote_peer({name}): {}", e.report()));
     peer
 }
 

@@ -83,7 +83,7 @@ impl TargetSideReport {
                 self.refused += 1;
                 Ok(None)
             }
-            Err(e) => Err(format!("a {op} to the closed target: {e}")),
+            Err(e) => Err(format!("a {op} to the closed target: {}", e.report())),
         }
     }
 }

@@ -18,7 +18,7 @@ fn open_nixl(
         region,
         TransportOptions::default().with_backend_options(options),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.report())?;
     Ok(Box::new(t))
 }
 

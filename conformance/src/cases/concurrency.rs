@@ -67,7 +67,7 @@ pub(crate) fn threads_per_peer_with_churn<F: Fixture>(fx: &F) {
                 t.add_remote_peer(&churn, churn_desc).expect("add churn");
                 match t.write_blocks(&churn, &[r % 64], &[r % 64]) {
                     Ok(id) => mine.push(id),
-                    Err(e) => panic!("write to a published peer: {e}"),
+                    Err(e) => panic!("write to a published peer: {}", e.report()),
                 }
                 t.remove_remote_peer(&churn).expect("remove churn");
                 assert_eq!(

@@ -263,7 +263,7 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
                 "{seen:?}"
             );
         }
-        Err(e) => panic!("write to a closed peer: {e}"),
+        Err(e) => panic!("write to a closed peer: {}", e.report()),
     }
 }
 

@@ -47,14 +47,14 @@ pub fn open_any(
     len: usize,
     opts: &str,
 ) -> Fallible<Box<dyn Transport>> {
-    let region = Region::new(blocks, len).map_err(|e| e.to_string())?;
+    let region = Region::new(blocks, len).map_err(|e| e.report())?;
     let backend_opts = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
     let t = blockwire::open(
         backend,
         region,
         TransportOptions::default().with_backend_options(backend_opts),
     )
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.report())?;
     Ok(Box::new(t))
 }
 
@@ -133,16 +133,16 @@ pub fn drive_with(open: Opener, exe: &str, backend: &str, opts: &str) -> Fallibl
     for i in 0..BLOCKS {
         me.region()
             .write_block(i, &pattern(1, i, LEN))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| e.report())?;
     }
     let peer = PeerId::from("child");
     me.add_remote_peer(&peer, &child.descriptor)
-        .map_err(|e| format!("add_remote_peer: {e}"))?;
+        .map_err(|e| format!("add_remote_peer: {}", e.report()))?;
     // WRITE four blocks, permuted, one of them twice to two places.
     let (local, remote) = ([0u32, 1, 2, 3, 3], [10u32, 4, 7, 0, 31]);
     let id = me
         .write_blocks(&peer, &local, &remote)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.report())?;
     wait_done(&*me, &peer, &[id]);
     // READ two untouched blocks of the child.
     let id = me

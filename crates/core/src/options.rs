@@ -39,8 +39,10 @@ impl BackendOptions {
 
     /// With the transport's stall timeout (`blockwire::TransportOptions::stall_timeout`),
     /// which the transport passes to its backend this way: how long a peer may make no
-    /// progress before it is cut. A backend that gives up on a peer by itself (libfabric's
-    /// retry of refused posts) gives up after as long, so that one setting bounds both.
+    /// progress before it is cut. A backend that gives up on a peer by itself derives its bound
+    /// from this one, so that one setting bounds both (libfabric fails posts the provider keeps
+    /// refusing after half of it: the peer then fails as a remote disconnect before the
+    /// watchdog would cut it as stalled).
     ///
     /// ```
     /// use std::time::Duration;

@@ -4,8 +4,9 @@
 //!
 //! A backend only connects, posts, observes and releases; every rule of the contract
 //! (validation, generations, per-peer polling, cancel modes, close) is `BlockTransport`'s.
-//! Here a post copies at once, so every transfer is done when `post` returns and `release`
-//! never has to say busy.
+//! Here a post checks its blocks and queues the copy for the backend's copy thread (a post
+//! never waits for the bytes); the thread ends each transfer's [`TransferCell`] from the kit,
+//! which `state` reads and `release` consults (busy until the copy ended).
 //!
 //! ```
 //! use blockwire::{BlockTransport, Region, Transport, TransportOptions};
@@ -15,7 +16,7 @@
 //! a.add_remote_peer(&"b".into(), &b.descriptor()?)?;
 //! a.region().fill_block(1, 7)?;
 //! let id = a.write_blocks(&"b".into(), &[1], &[3])?;
-//! assert_eq!(a.poll(None)?.done, vec![id]);
+//! while !a.poll(None)?.done.contains(&id) {}
 //! assert_eq!(b.region().block(3)?, vec![7; 64]);
 //! # Ok::<(), blockwire::Error>(())
 //! ```
@@ -23,11 +24,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
+use std::thread::JoinHandle;
 
-use blockwire_core::kit::{Live, LiveCounts};
+use blockwire_core::kit::{Live, LiveCounts, TransferCell};
 use blockwire_core::{
-    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, Result, XferState,
+    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, BlockPair,
+    Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan,
+    RegisteredRegion, Result, XferState,
 };
 use parking_lot::{Mutex, RwLock};
 
@@ -46,6 +50,63 @@ pub struct MemcpyBackend {
     token: u64,
     shared: Arc<Shared>,
     counts: LiveCounts,
+    /// The copy thread's queue (closed, then the thread joined, on drop).
+    jobs: Option<Sender<Job>>,
+    copier: Option<JoinHandle<()>>,
+}
+
+/// A posted transfer: its outcome, which the copy thread sets.
+pub struct MemcpyXfer {
+    cell: Arc<TransferCell>,
+    _live: Live,
+}
+
+/// One transfer for the copy thread.
+struct Job {
+    cell: Arc<TransferCell>,
+    op: Op,
+    here: Arc<Shared>,
+    there: Arc<Shared>,
+    pairs: Vec<BlockPair>,
+}
+
+impl Job {
+    fn copy(&self) -> std::result::Result<(), FailureReason> {
+        // Held while copying: the peer's close (revoke) waits for it, and then we see it.
+        let revoked = self.there.revoked.read();
+        if *revoked {
+            return Err(FailureReason::RemoteDisconnect("the peer closed".into()));
+        }
+        let len = self.here.span.block_len();
+        for pair in &self.pairs {
+            let here = self.here.span.base().as_ptr().wrapping_add(pair.local);
+            let there = self.there.span.base().as_ptr();
+            let there = there.wrapping_add(pair.remote as usize);
+            let (from, to) = match self.op {
+                Op::Write => (here, there),
+                Op::Read => (there, here),
+            };
+            // SAFETY: `block_pairs` checked both offsets against the two regions' shapes at
+            // post, so both blocks lie inside regions that are open: ours while this backend
+            // lives (its drop joins this thread first), the peer's while it is not revoked,
+            // which the read lock held here guarantees. `copy` allows overlap (a transport may
+            // be its own peer).
+            unsafe { std::ptr::copy(from, to, len) };
+        }
+        Ok(())
+    }
+}
+
+/// The copy thread: each queued transfer in turn.
+fn copier(jobs: Receiver<Job>) {
+    for job in jobs {
+        if job.cell.start() {
+            match job.copy() {
+                Ok(()) => job.cell.finish(),
+                Err(why) => job.cell.fail(why),
+            }
+        }
+    }
 }
 
 /// A connected peer: its region, and a count while connected.
@@ -61,7 +122,15 @@ impl OpenBackend for MemcpyBackend {
     unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self> {
         options
             .finish(Self::KIND)
-            .map_err(blockwire_core::Error::opening(Self::KIND))?;
+            .map_err(Error::opening(Self::KIND))?;
+        let (jobs, queue) = std::sync::mpsc::channel();
+        let copier = std::thread::Builder::new()
+            .name("memcpy-copy".into())
+            .spawn(move || copier(queue))
+            .map_err(|e| Error::Os {
+                what: "spawning the memcpy copy thread",
+                source: e.into(),
+            })?;
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         let shared = Arc::new(Shared {
             span,
@@ -75,13 +144,15 @@ impl OpenBackend for MemcpyBackend {
             token,
             shared,
             counts: LiveCounts::default(),
+            jobs: Some(jobs),
+            copier: Some(copier),
         })
     }
 }
 
 impl Backend for MemcpyBackend {
     type Peer = MemcpyPeer;
-    type Xfer = Live;
+    type Xfer = MemcpyXfer;
 
     fn kind(&self) -> &'static str {
         Self::KIND
@@ -142,51 +213,52 @@ impl Backend for MemcpyBackend {
         drop(peer);
     }
 
+    /// Checks the blocks and queues the copy: never waits for the bytes.
     fn post(
         &self,
         peer: &MemcpyPeer,
         op: Op,
         local: &[BlockIndex],
         remote: &[BlockIndex],
-    ) -> Result<Live, BackendError> {
+    ) -> Result<MemcpyXfer, BackendError> {
         let pairs = self.shared.span.block_pairs(local, remote, peer.blocks)?;
-        let len = self.shared.span.block_len();
-        // Held while copying: close (revoke) of the peer waits for it, and then we see it.
-        let revoked = peer.shared.revoked.read();
-        if *revoked {
+        if *peer.shared.revoked.read() {
             return Err(BackendError::new(
                 BackendErrorKind::RemoteDisconnect,
                 "the peer closed",
             ));
         }
-        for pair in pairs {
-            let here = self.shared.span.base().as_ptr().wrapping_add(pair.local);
-            let there = peer
-                .shared
-                .span
-                .base()
-                .as_ptr()
-                .wrapping_add(pair.remote as usize);
-            let (from, to) = match op {
-                Op::Write => (here, there),
-                Op::Read => (there, here),
-            };
-            // SAFETY: `block_pairs` checked both offsets against the two regions' shapes, so
-            // both blocks lie inside regions that are open: ours while this backend lives, the
-            // peer's while it is not revoked, which the read lock held here guarantees.
-            // `copy` allows overlap (a transport may be its own peer).
-            unsafe { std::ptr::copy(from, to, len) };
+        let cell = Arc::new(TransferCell::queued());
+        let job = Job {
+            cell: cell.clone(),
+            op,
+            here: self.shared.clone(),
+            there: peer.shared.clone(),
+            pairs,
+        };
+        let stopped = || BackendError::other("the copy thread stopped");
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        Ok(MemcpyXfer {
+            cell,
+            _live: self.counts.transfer(),
+        })
+    }
+
+    fn state(&self, xfer: &mut MemcpyXfer) -> XferState {
+        xfer.cell.state()
+    }
+
+    /// Busy until the copy thread ended the transfer.
+    fn release(&self, xfer: MemcpyXfer) -> Result<(), MemcpyXfer> {
+        if xfer.cell.is_ended() {
+            Ok(())
+        } else {
+            Err(xfer)
         }
-        Ok(self.counts.transfer())
-    }
-
-    fn state(&self, _: &mut Live) -> XferState {
-        XferState::Done
-    }
-
-    fn release(&self, xfer: Live) -> Result<(), Live> {
-        drop(xfer);
-        Ok(())
     }
 
     /// Unlists the region, then waits out any copy in progress: none starts afterwards.
@@ -203,7 +275,13 @@ impl Backend for MemcpyBackend {
 }
 
 impl Drop for MemcpyBackend {
+    /// Closes the copy thread's queue and joins it (every transfer was released, so none is
+    /// left to copy), then revokes.
     fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(copier) = self.copier.take() {
+            let _ = copier.join();
+        }
         self.revoke();
     }
 }

@@ -24,7 +24,7 @@ impl<T: Transport> Runner<'_, T> {
             self.space(f.space)
                 .region()
                 .write_block(f.block, &self.buf)
-                .map_err(|e| format!("writing a source block: {e}"))?;
+                .map_err(|e| format!("writing a source block: {}", e.report()))?;
         }
         Ok(())
     }
@@ -37,7 +37,7 @@ impl<T: Transport> Runner<'_, T> {
             self.space(space)
                 .region()
                 .read_block(block, &mut got)
-                .map_err(|e| format!("reading a block: {e}"))?;
+                .map_err(|e| format!("reading a block: {}", e.report()))?;
             stamp_bytes(stamp, &mut self.buf);
             if got != self.buf {
                 wrong.push(format!(
