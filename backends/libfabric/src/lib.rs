@@ -117,7 +117,8 @@ use std::time::Duration;
 use blockwire_core::kit::{Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
+    Capabilities, DEFAULT_STALL_TIMEOUT, Error, Op, OpenBackend, PeerDescriptor, RegionSpan,
+    RegisteredRegion, XferState,
 };
 
 use address::OfiAddress;
@@ -210,7 +211,9 @@ impl OpenBackend for OfiBackend {
             .map_err(open_err)?;
         // Half the stall timeout: a peer that refuses every post fails as a remote disconnect
         // (what it is) before the stall watchdog would cut it as merely stalled.
-        let give_up_after = options.stall_timeout().map(|stall| stall / 2);
+        // With no stall timeout, half the default one: such a peer is gone, and
+        // `Capabilities::remote_disconnect` promises its transfers fail in bounded time.
+        let give_up_after = options.stall_timeout().unwrap_or(DEFAULT_STALL_TIMEOUT) / 2;
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
             give_up_after,

@@ -4,9 +4,9 @@
 //! connection to the peer is not up, which for a peer that went away lasts until something
 //! cuts it. A caller's post never waits for that: the operations the provider refused stay in
 //! [`Retries`], in order, and the retry thread posts them as completions free the queue. A
-//! transfer whose operations stay refused for half the transport's stall timeout fails as a
-//! remote disconnect (its operations already posted still complete first); one whose link is cut
-//! fails with it.
+//! transfer whose operations stay refused for half the transport's stall timeout (of the
+//! default one when it has none) fails as a remote disconnect (its operations already posted
+//! still complete first); one whose link is cut fails with it.
 //!
 //! The retry thread is apart from the progress thread, and watched by it: a post can stay
 //! inside the provider forever (libfabric 1.17's `shm`, to a peer killed while it held its
@@ -77,9 +77,10 @@ pub(crate) struct Retries {
     in_post_link: AtomicUsize,
     epoch: Instant,
     /// How long a transfer's operations may stay refused before it fails: half the transport's
-    /// stall timeout, so the backend says why before the watchdog cuts (a peer that accepts no operation for this long, as `tcp;ofi_rxm` refuses
-    /// those to a peer whose connection is gone, is treated as disconnected; `None`: never).
-    give_up_after: Option<Duration>,
+    /// stall timeout (of the default one when it has none), so the backend says why before the
+    /// watchdog cuts. A peer that accepts no operation for this long (`tcp;ofi_rxm` refuses
+    /// those to a peer whose connection is gone) is treated as disconnected.
+    give_up_after: Duration,
     /// Links a post got stuck on: their queued operations fail.
     wedged: Mutex<Vec<usize>>,
     /// Bumped when a stuck thread is replaced: a thread of an older one stops.
@@ -92,8 +93,8 @@ pub(crate) struct Retries {
 }
 
 impl Retries {
-    /// Retries that give up on a transfer refused for `give_up_after` (`None`: never).
-    pub(crate) fn new(idle_sleep: Duration, give_up_after: Option<Duration>) -> Arc<Self> {
+    /// Retries that give up on a transfer refused for `give_up_after`.
+    pub(crate) fn new(idle_sleep: Duration, give_up_after: Duration) -> Arc<Self> {
         Arc::new(Retries {
             queue: Mutex::new(VecDeque::new()),
             len: AtomicUsize::new(0),
@@ -288,7 +289,7 @@ unsafe fn post_queued(
     q: &mut Queued,
     main: &MainPost,
     handled: &mut usize,
-    give_up_after: Option<Duration>,
+    give_up_after: Duration,
 ) -> Option<FailureReason> {
     let held = match link.hold_for_retry() {
         Ok(held) => held,
@@ -299,9 +300,9 @@ unsafe fn post_queued(
         // SAFETY: per this function's contract.
         let ret = unsafe { post_one(ep, link.addr, main.2, op, &q.transfer) };
         if ret == EAGAIN {
-            if let Some(limit) = give_up_after.filter(|&limit| q.since.elapsed() > limit) {
+            if q.since.elapsed() > give_up_after {
                 return Some(FailureReason::RemoteDisconnect(format!(
-                    "posting {}: the provider refused it for {limit:?} (FI_EAGAIN, half the \
+                    "posting {}: the provider refused it for {give_up_after:?} (FI_EAGAIN, half the \
                      stall timeout): the peer accepts no operations",
                     op.op
                 )));

@@ -10,12 +10,13 @@ use crate::clock::{Clock, SystemClock};
 /// How long `close` waits for running transfers before it returns and leaves them to a reaper.
 pub const DEFAULT_CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Default of [`TransportOptions::stall_timeout`].
+/// Default of [`TransportOptions::stall_timeout`] (defined in `blockwire_core`, where backends
+/// see it too).
 ///
 /// ```
 /// assert_eq!(blockwire::DEFAULT_STALL_TIMEOUT, std::time::Duration::from_secs(5));
 /// ```
-pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+pub use blockwire_core::DEFAULT_STALL_TIMEOUT;
 
 /// Default of [`TransportOptions::max_consecutive_failures`].
 ///

@@ -42,7 +42,7 @@ pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, OsError, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use open::OpenBackend;
-pub use options::BackendOptions;
+pub use options::{BackendOptions, DEFAULT_STALL_TIMEOUT};
 pub use registered::RegisteredRegion;
 pub use span::{BlockPair, RegionSpan};
 pub use xfer::{CancelMode, FailureReason, Op, PeerFault, PollResult, XferState};

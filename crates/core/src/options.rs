@@ -6,6 +6,16 @@ use std::time::Duration;
 
 use crate::{BackendError, BackendErrorKind};
 
+/// The default stall timeout of a transport (`blockwire::TransportOptions::stall_timeout`):
+/// how long a peer may make no progress before it is cut. Here so that a backend that bounds
+/// something by it without being given one (see [`BackendOptions::stall_timeout`]) uses the
+/// same value.
+///
+/// ```
+/// assert_eq!(blockwire_core::DEFAULT_STALL_TIMEOUT, std::time::Duration::from_secs(5));
+/// ```
+pub const DEFAULT_STALL_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Backend-specific options, as `key=value` strings (from a command line, a config file or
 /// code). A backend takes the keys it knows and calls [`BackendOptions::finish`], so a
 /// misspelled key is an error rather than silently ignored.

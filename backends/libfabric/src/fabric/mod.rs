@@ -31,7 +31,7 @@ pub(crate) struct Settings {
     /// wherever the provider allows it.
     pub(crate) endpoint_per_peer: Option<bool>,
     /// How long refused posts are retried (half the transport's stall timeout, `crate::retry`).
-    pub(crate) give_up_after: Option<Duration>,
+    pub(crate) give_up_after: Duration,
 }
 
 struct RawFabric(*mut fid_fabric);
