@@ -188,10 +188,7 @@ pub fn suite_main<B: blockwire::OpenBackend>(settings: impl IntoIterator<Item = 
 /// run(args, suite(Setting::<blockwire_shm::ShmBackend>::default()));
 /// ```
 pub fn run(args: libtest_mimic::Arguments, trials: Vec<Trial>) -> ! {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    init_tracing();
     let conclusion = libtest_mimic::run(&args, trials);
     let left = files_left_in_dev_shm();
     if !left.is_empty() {
@@ -199,6 +196,14 @@ pub fn run(args: libtest_mimic::Arguments, trials: Vec<Trial>) -> ! {
         std::process::exit(101);
     }
     conclusion.exit()
+}
+
+/// Shows the library's `tracing` events as `RUST_LOG` asks, in a test binary's output.
+pub(crate) fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
 }
 
 /// Files in `/dev/shm` whose name starts with this process's pid and a colon.

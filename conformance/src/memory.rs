@@ -201,6 +201,7 @@ pub fn trial<F: Fixture>(fx: F) -> Trial {
 /// memory::main([Plain(Setting::<blockwire_shm::ShmBackend>::default())]);
 /// ```
 pub fn main<F: Fixture>(fixtures: impl IntoIterator<Item = F>) -> ! {
+    crate::init_tracing();
     let mut args = libtest_mimic::Arguments::from_args();
     args.test_threads = Some(1);
     let trials = fixtures.into_iter().map(trial).collect();

@@ -388,10 +388,7 @@ pub fn replay<F: Fixture>(fx: &F, name: &str, path: &str) -> Result<(), Failed> 
 /// random::run_trials(vec![random::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()), &[4096])]).exit();
 /// ```
 pub fn run_trials(trials: Vec<Trial>) -> Conclusion {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_test_writer()
-        .try_init();
+    crate::init_tracing();
     let mut args = libtest_mimic::Arguments::from_args();
     args.test_threads = Some(1);
     libtest_mimic::run(&args, trials)
