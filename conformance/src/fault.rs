@@ -36,6 +36,8 @@ struct Plan {
     posts: AtomicU64,
     fail_post_at: AtomicU64,
     fail_state: AtomicBool,
+    refuse_notifications: AtomicBool,
+    lose_notifications: AtomicBool,
     release_busy: AtomicBool,
     disconnected: AtomicBool,
     counts: LiveCounts,
@@ -124,6 +126,27 @@ impl FaultPlan {
             self.0.posts.load(Ordering::SeqCst) + n
         };
         self.0.fail_post_at.store(at, Ordering::SeqCst);
+    }
+
+    /// While on, the backend refuses to post notifications (a notified transfer's data lands,
+    /// then it fails as `NotificationUndelivered`; a standalone notification is refused).
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.refuse_notifications(true);
+    /// ```
+    pub fn refuse_notifications(&self, on: bool) {
+        self.0.refuse_notifications.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, notifications posted fail in flight, undelivered (they are not sent).
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.lose_notifications(true);
+    /// ```
+    pub fn lose_notifications(&self, on: bool) {
+        self.0.lose_notifications.store(on, Ordering::SeqCst);
     }
 
     /// While on, every state check fails ([`FailureReason::StateCheck`], which faults the
@@ -236,13 +259,24 @@ pub struct FaultyPeer<P> {
 /// xfer_type::<FaultyBackend<ShmBackend>>(); // wraps the inner backend's transfer
 /// ```
 pub struct FaultyXfer<X> {
-    inner: X,
+    inner: Option<X>,
     /// Posted while transfers were held.
     held: bool,
+    /// A notification this wrapper lost: it fails, and `inner` is `None`.
+    lost: bool,
     _live: Live,
 }
 
 impl<B: Backend> FaultyBackend<B> {
+    fn wrap(&self, inner: Option<B::Xfer>) -> FaultyXfer<B::Xfer> {
+        FaultyXfer {
+            inner,
+            held: self.plan.0.transfers_held.load(Ordering::SeqCst),
+            lost: false,
+            _live: self.plan.0.counts.transfer(),
+        }
+    }
+
     /// Wraps `inner`, controlled by `plan`.
     ///
     /// ```
@@ -320,21 +354,45 @@ impl<B: Backend> Backend for FaultyBackend<B> {
             ));
         }
         let inner = self.inner.post(&peer.inner, op, local, remote)?;
-        Ok(FaultyXfer {
-            inner,
-            held: self.plan.0.transfers_held.load(Ordering::SeqCst),
-            _live: self.plan.0.counts.transfer(),
-        })
+        Ok(self.wrap(Some(inner)))
+    }
+
+    fn notify(&self, peer: &Self::Peer, frame: &[u8]) -> Result<Self::Xfer, BackendError> {
+        if self.plan.0.refuse_notifications.load(Ordering::SeqCst) {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                format!("{INJECTED}: notification refused"),
+            ));
+        }
+        if self.disconnected() {
+            return Err(BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                format!("{INJECTED}: peer disconnected"),
+            ));
+        }
+        if self.plan.0.lose_notifications.load(Ordering::SeqCst) {
+            let mut lost = self.wrap(None);
+            lost.lost = true;
+            return Ok(lost);
+        }
+        let inner = self.inner.notify(&peer.inner, frame)?;
+        Ok(self.wrap(Some(inner)))
     }
 
     fn state(&self, xfer: &mut Self::Xfer) -> XferState {
+        let held = self.held(xfer);
+        let Some(inner) = xfer.inner.as_mut() else {
+            return XferState::Failed(FailureReason::Backend(format!(
+                "{INJECTED}: notification lost"
+            )));
+        };
         if self.disconnected() {
-            self.inner.abort(&mut xfer.inner);
+            self.inner.abort(inner);
             return XferState::Failed(FailureReason::RemoteDisconnect(format!(
                 "{INJECTED}: peer disconnected"
             )));
         }
-        if self.held(xfer) {
+        if held {
             return XferState::Running;
         }
         if self.plan.0.fail_state.load(Ordering::SeqCst) {
@@ -342,7 +400,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
                 "{INJECTED}: state check failed"
             )));
         }
-        self.inner.state(&mut xfer.inner)
+        self.inner.state(inner)
     }
 
     fn fail_peer(&self, peer: &Self::Peer) -> bool {
@@ -364,7 +422,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
 
     fn abort(&self, xfer: &mut Self::Xfer) {
         if !self.held(xfer) {
-            self.inner.abort(&mut xfer.inner);
+            if let Some(inner) = xfer.inner.as_mut() {
+                self.inner.abort(inner);
+            }
         }
     }
 
@@ -374,10 +434,21 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         {
             return Err(xfer);
         }
-        let FaultyXfer { inner, held, _live } = xfer;
-        self.inner
-            .release(inner)
-            .map_err(|inner| FaultyXfer { inner, held, _live })
+        let FaultyXfer {
+            inner,
+            held,
+            lost,
+            _live,
+        } = xfer;
+        let Some(inner) = inner else {
+            return Ok(());
+        };
+        self.inner.release(inner).map_err(|inner| FaultyXfer {
+            inner: Some(inner),
+            held,
+            lost,
+            _live,
+        })
     }
 
     fn revoke(&self) {

@@ -11,6 +11,7 @@ use crossbeam_channel::{Receiver, Sender};
 
 use crate::lease::Lease;
 use crate::live::LiveRegion;
+use crate::notify::{self, Outlet};
 use crate::process::{self, Piece};
 use blockwire_core::kit::ProcessWatch;
 
@@ -25,6 +26,8 @@ pub(crate) enum Target {
         proc: ProcessWatch,
         /// Its region's lease.
         lease: Lease,
+        /// Its notification socket.
+        outlet: Outlet,
     },
 }
 
@@ -61,8 +64,15 @@ pub(crate) struct Job {
     pub(crate) transfer: Arc<CopyTransfer>,
     pub(crate) op: Op,
     pub(crate) target: Arc<Target>,
-    /// Pieces of at most `chunk` bytes, grouped into chunks of at most `chunk` bytes.
-    pub(crate) chunks: Vec<Vec<Piece>>,
+    pub(crate) work: Work,
+}
+
+/// What a job does.
+pub(crate) enum Work {
+    /// Copies pieces of at most `chunk` bytes, grouped into chunks of at most `chunk` bytes.
+    Copy(Vec<Vec<Piece>>),
+    /// Delivers a notification frame.
+    Notify(Arc<[u8]>),
 }
 
 /// The worker threads.
@@ -127,8 +137,32 @@ fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>) {
 }
 
 fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
+    match &job.work {
+        Work::Copy(chunks) => copy(job, chunks, shutdown),
+        Work::Notify(frame) => notify(job, frame, shutdown),
+    }
+}
+
+fn notify(job: &Job, frame: &[u8], shutdown: &AtomicBool) -> Result<(), FailureReason> {
+    if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
+        return Err(FailureReason::Aborted);
+    }
+    match &*job.target {
+        Target::Local(live) => {
+            let Some(_pinned) = live.pin() else {
+                return Err(FailureReason::RemoteDisconnect(
+                    "the peer's region was deregistered (its transport closed)".into(),
+                ));
+            };
+            notify::delivered(live.inbox.deliver_frame(frame))
+        }
+        Target::Remote { proc, outlet, .. } => outlet.send(proc, frame),
+    }
+}
+
+fn copy(job: &Job, chunks: &[Vec<Piece>], shutdown: &AtomicBool) -> Result<(), FailureReason> {
     let write = job.op == Op::Write;
-    for chunk in &job.chunks {
+    for chunk in chunks {
         if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
             return Err(FailureReason::Aborted);
         }
@@ -153,7 +187,7 @@ fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
                     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, p.len) };
                 }
             }
-            Target::Remote { proc, lease } => {
+            Target::Remote { proc, lease, .. } => {
                 let Some(_entered) = lease.enter() else {
                     return Err(FailureReason::RemoteDisconnect(format!(
                         "the peer's region in process {} was revoked (its transport closed)",

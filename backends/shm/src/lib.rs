@@ -95,6 +95,7 @@ mod address;
 mod copier;
 mod lease;
 mod live;
+mod notify;
 mod process;
 
 use std::sync::Arc;
@@ -109,7 +110,7 @@ use blockwire_core::{
 
 use address::ShmAddress;
 use blockwire_core::kit::ProcessWatch;
-use copier::{CopyPool, CopyTransfer, Job, Target};
+use copier::{CopyPool, CopyTransfer, Job, Target, Work};
 use lease::Lease;
 use live::LiveRegion;
 use process::{MAX_PIECES, Piece};
@@ -158,6 +159,8 @@ pub struct ShmBackend {
     identity: Box<LiveIdentity>,
     /// Peer processes' copies count themselves in here (see the crate docs).
     lease: Lease,
+    /// Receives notifications from other processes; stopped by `revoke`.
+    listener: notify::Listener,
     /// Dropped after `Drop::drop` deregistered the region; joins the copy threads.
     pool: CopyPool,
 }
@@ -271,6 +274,7 @@ impl OpenBackend for ShmBackend {
             .take::<usize>("chunk_bytes")
             .map_err(open_err)?
             .unwrap_or(DEFAULT_CHUNK_BYTES);
+        let inbox = options.inbox();
         options.finish(KIND).map_err(open_err)?;
         if threads == 0 || chunk_bytes == 0 {
             return Err(open_err(BackendError::new(
@@ -282,7 +286,7 @@ impl OpenBackend for ShmBackend {
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
         let pool = CopyPool::new(threads).map_err(open_err)?;
         let lease = Lease::create().map_err(open_err)?;
-        let live = LiveRegion::register(span);
+        let live = LiveRegion::register(span, inbox.clone());
         let identity = Box::new(LiveIdentity {
             magic: AtomicU64::new(IDENTITY_MAGIC),
             token: live.token,
@@ -296,6 +300,7 @@ impl OpenBackend for ShmBackend {
             token: live.token,
             identity: &*identity as *const LiveIdentity as usize as u64,
         };
+        let listener = notify::Listener::start(&address, inbox).map_err(open_err)?;
         tracing::debug!(
             pid,
             token = live.token,
@@ -311,6 +316,7 @@ impl OpenBackend for ShmBackend {
             counts: LiveCounts::default(),
             identity,
             lease,
+            listener,
             pool,
         })
     }
@@ -397,7 +403,12 @@ impl ShmBackend {
             ))
         })?;
         let lease = Lease::attach(&proc, lease_fd).map_err(context)?;
-        Ok(Target::Remote { proc, lease })
+        let outlet = notify::Outlet::new(&addr).map_err(context)?;
+        Ok(Target::Remote {
+            proc,
+            lease,
+            outlet,
+        })
     }
 
     /// Revokes every peer's access (idempotent): see the crate docs.
@@ -414,6 +425,24 @@ impl ShmBackend {
         }
         // A peer in another process that connects later finds no identity.
         self.identity.magic.store(0, Ordering::SeqCst);
+        // And notifications from other processes find no socket.
+        self.listener.stop();
+    }
+}
+
+impl ShmBackend {
+    fn submit(&self, op: Op, peer: &ShmPeer, work: Work) -> Result<ShmXfer, BackendError> {
+        let transfer = CopyTransfer::new();
+        self.pool.submit(Job {
+            transfer: transfer.clone(),
+            op,
+            target: peer.target.clone(),
+            work,
+        })?;
+        Ok(ShmXfer {
+            transfer,
+            _live: self.counts.transfer(),
+        })
     }
 }
 
@@ -440,6 +469,7 @@ impl Backend for ShmBackend {
         c.cross_process = true;
         c.remote_disconnect = true;
         c.revoke = true;
+        c.notifications = true;
         c
     }
 
@@ -510,17 +540,11 @@ impl Backend for ShmBackend {
         if !current.is_empty() {
             chunks.push(current);
         }
-        let transfer = CopyTransfer::new();
-        self.pool.submit(Job {
-            transfer: transfer.clone(),
-            op,
-            target: peer.target.clone(),
-            chunks,
-        })?;
-        Ok(ShmXfer {
-            transfer,
-            _live: self.counts.transfer(),
-        })
+        self.submit(op, peer, Work::Copy(chunks))
+    }
+
+    fn notify(&self, peer: &ShmPeer, frame: &[u8]) -> Result<ShmXfer, BackendError> {
+        self.submit(Op::Write, peer, Work::Notify(frame.into()))
     }
 
     fn state(&self, xfer: &mut ShmXfer) -> XferState {

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Weak};
 
 use blockwire_core::RegionSpan;
+use blockwire_core::kit::Inbox;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 
 static REGISTRY: LazyLock<Mutex<HashMap<u64, Weak<LiveRegion>>>> =
@@ -19,16 +20,19 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 pub(crate) struct LiveRegion {
     pub(crate) span: RegionSpan,
     pub(crate) token: u64,
+    /// Its transport's notifications, for same-process senders.
+    pub(crate) inbox: Inbox,
     alive: RwLock<bool>,
 }
 
 impl LiveRegion {
     /// Registers `span` and returns its handle.
-    pub(crate) fn register(span: RegionSpan) -> Arc<LiveRegion> {
+    pub(crate) fn register(span: RegionSpan, inbox: Inbox) -> Arc<LiveRegion> {
         let token = NEXT_TOKEN.fetch_add(1, Ordering::Relaxed);
         let live = Arc::new(LiveRegion {
             span,
             token,
+            inbox,
             alive: RwLock::new(true),
         });
         REGISTRY.lock().insert(token, Arc::downgrade(&live));

@@ -48,10 +48,12 @@ mod transport;
 #[cfg(any_backend)]
 pub use any::{AnyTransport, backends, open, open_allocated};
 pub use block_transport::BlockTransport;
+pub use blockwire_core::kit::InboxStats;
 pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
-    Capabilities, DescriptorError, Error, FailureReason, Op, OpenBackend, OsError, PeerDescriptor,
-    PeerFault, PeerId, PollResult, RegionSpan, RegisteredRegion, Result, TransferId, XferState,
+    Capabilities, DescriptorError, Error, FailureReason, MAX_NAME_LEN, MAX_NOTIFICATION_LEN,
+    Notification, Op, OpenBackend, OsError, PeerDescriptor, PeerFault, PeerId, PollResult,
+    RegionSpan, RegisteredRegion, Result, TransferId, XferState,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use options::{

@@ -63,6 +63,18 @@ pub struct TransportOptions {
     pub max_consecutive_failures: u32,
     /// Backend-specific `key=value` options (see each backend's docs).
     pub backend: BackendOptions,
+    /// The transport's name, carried in its descriptor: the sender its notifications carry,
+    /// so a target can tell who sent one without having added the sender as a peer. `None`
+    /// (the default) generates a name unique to the transport at open (`<backend>-<pid>-<n>-
+    /// <random>`); one given must pass [`blockwire_core::name_problem`]. With NIXL it is
+    /// the agent's name.
+    pub name: Option<String>,
+    /// How many arrived notifications wait to be drained at most, all senders together; one
+    /// arriving beyond is dropped and counted (see [`blockwire_core::kit::Inbox`]).
+    pub notification_capacity: usize,
+    /// Telemetry per transfer and per peer ([`crate::Telemetry`]): off by default, and free
+    /// when off (no clock is read, nothing recorded).
+    pub telemetry: bool,
 }
 
 impl Default for TransportOptions {
@@ -74,6 +86,9 @@ impl Default for TransportOptions {
             clock: Arc::new(SystemClock),
             max_consecutive_failures: DEFAULT_MAX_CONSECUTIVE_FAILURES,
             backend: BackendOptions::default(),
+            name: None,
+            notification_capacity: blockwire_core::kit::Inbox::DEFAULT_CAPACITY,
+            telemetry: false,
         }
     }
 }
@@ -164,6 +179,38 @@ impl TransportOptions {
     /// ```
     pub fn with_backend_option(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.backend.set(key, value);
+        self
+    }
+
+    /// With a name ([`TransportOptions::name`]).
+    ///
+    /// ```
+    /// let o = blockwire::TransportOptions::default().with_name("prefill-0");
+    /// assert_eq!(o.name.as_deref(), Some("prefill-0"));
+    /// ```
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// With an inbox capacity ([`TransportOptions::notification_capacity`]).
+    ///
+    /// ```
+    /// let o = blockwire::TransportOptions::default().with_notification_capacity(64);
+    /// assert_eq!(o.notification_capacity, 64);
+    /// ```
+    pub fn with_notification_capacity(mut self, capacity: usize) -> Self {
+        self.notification_capacity = capacity;
+        self
+    }
+
+    /// With telemetry on or off ([`TransportOptions::telemetry`]).
+    ///
+    /// ```
+    /// assert!(blockwire::TransportOptions::default().with_telemetry(true).telemetry);
+    /// ```
+    pub fn with_telemetry(mut self, on: bool) -> Self {
+        self.telemetry = on;
         self
     }
 

@@ -1,8 +1,9 @@
 //! The [`Transport`] trait: the user contract.
 
+use blockwire_core::kit::InboxStats;
 use blockwire_core::{
-    BackendStats, BlockIndex, CancelMode, Capabilities, PeerDescriptor, PeerId, PollResult, Result,
-    TransferId,
+    BackendStats, BlockIndex, CancelMode, Capabilities, Notification, PeerDescriptor, PeerId,
+    PollResult, Result, TransferId,
 };
 use enum_dispatch::enum_dispatch;
 
@@ -416,6 +417,141 @@ pub trait Transport: Send + Sync {
     /// # Ok::<(), blockwire::Error>(())
     /// ```
     fn backend_stats(&self) -> BackendStats;
+
+    /// This transport's name: in its descriptor, and the sender its notifications carry
+    /// (`TransportOptions::name`, or one generated at open).
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default().with_name("prefill-0"))?;
+    /// assert_eq!(a.name(), "prefill-0");
+    /// assert_eq!(a.descriptor()?.name, "prefill-0");
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert_ne!(b.name(), a.name()); // generated, unique
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn name(&self) -> &str;
+
+    /// Posts a WRITE, like [`Transport::write_blocks`], that carries a notification: `message`
+    /// (at most [`blockwire_core::MAX_NOTIFICATION_LEN`] bytes; longer is
+    /// `Err(NotificationTooLong)` and nothing moves) reaches the peer's
+    /// [`Transport::notifications`], from this transport's [`Transport::name`], once every byte
+    /// of the write is in place.
+    ///
+    /// The rules:
+    /// - the notification is sent only after the data is at the target: a target that drains
+    ///   it and then reads the blocks sees the new bytes;
+    /// - the transfer is reported done only once its notification was delivered; one that
+    ///   fails, is cancelled or whose peer is removed before its data is in place sends none;
+    ///   one whose data landed but whose notification could not be delivered is reported
+    ///   failed ([`FailureReason::NotificationUndelivered`](blockwire_core::FailureReason));
+    /// - the notification is sent when this transport sees the data in place: by a `poll`
+    ///   of the peer (or `cancel`'s check), so the initiator keeps polling as it does for any
+    ///   transfer. A `cancel` that finds the notification already sent cannot recall it: with
+    ///   `Wait` it waits for the notification's delivery like for any running transfer.
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(4, 64)?, TransportOptions::default().with_name("a"))?;
+    /// let b = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// a.region().fill_block(0, 7)?;
+    /// let id = a.write_blocks_notify(&p, &[0], &[3], b"block 3 is yours")?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// let got = b.notifications(Some("a"))?; // b never added a as a peer
+    /// assert_eq!(got[0].message, b"block 3 is yours");
+    /// assert_eq!(b.region().block(3)?, vec![7u8; 64]);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn write_blocks_notify(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        message: &[u8],
+    ) -> Result<TransferId>;
+
+    /// Posts a READ, like [`Transport::read_blocks`], that carries a notification to the peer
+    /// whose blocks are read, once they are all in the local region: the producer learns that
+    /// it may free them. Same rules as [`Transport::write_blocks_notify`].
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let consumer = open("shm", Region::new(4, 64)?, TransportOptions::default().with_name("c"))?;
+    /// let producer = open("shm", Region::new(4, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("producer");
+    /// consumer.add_remote_peer(&p, &producer.descriptor()?)?;
+    /// producer.region().fill_block(1, 5)?;
+    /// let id = consumer.read_blocks_notify(&p, &[0], &[1], b"done with 1")?;
+    /// while !consumer.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(consumer.region().block(0)?, vec![5u8; 64]);
+    /// assert_eq!(producer.notifications(None)?[0].sender, "c");
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn read_blocks_notify(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        message: &[u8],
+    ) -> Result<TransferId>;
+
+    /// Sends a standalone notification (no data) to a connected peer. It is tracked like a
+    /// transfer: reported done by `poll` once delivered, failed
+    /// ([`FailureReason::NotificationUndelivered`](blockwire_core::FailureReason)) if it could
+    /// not be.
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default().with_name("a"))?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let id = a.notify(&p, b"hello")?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(b.notifications(Some("a"))?.len(), 1);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn notify(&self, peer: &PeerId, message: &[u8]) -> Result<TransferId>;
+
+    /// Drains the notifications that reached this transport from `from` (a sender's
+    /// [`Transport::name`]), or from every sender, in arrival order. Draining one sender
+    /// leaves the others' for their own call; each notification is drained exactly once.
+    /// Never blocks.
+    ///
+    /// The queue is bounded (`TransportOptions::notification_capacity`): while it is full,
+    /// one more is dropped on arrival and counted in [`Transport::notification_stats`] (and
+    /// logged), never silently. `close` discards what is queued (counted too).
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default().with_name("a"))?;
+    /// let c = open("shm", Region::new(2, 64)?, TransportOptions::default().with_name("c"))?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// c.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let (x, y) = (a.notify(&p, b"from a")?, c.notify(&p, b"from c")?);
+    /// while !a.poll(Some(&p))?.done.contains(&x) {}
+    /// while !c.poll(Some(&p))?.done.contains(&y) {}
+    /// assert_eq!(b.notifications(Some("c"))?[0].message, b"from c");
+    /// assert_eq!(b.notifications(None)?[0].sender, "a"); // a's stayed for its own drain
+    /// assert!(b.notifications(None)?.is_empty());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn notifications(&self, from: Option<&str>) -> Result<Vec<Notification>>;
+
+    /// The inbox's counters: received, drained, queued, dropped because it was full,
+    /// discarded by close, malformed.
+    ///
+    /// ```
+    /// use blockwire::{open, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// assert_eq!(a.notification_stats().dropped_full, 0);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn notification_stats(&self) -> InboxStats;
 
     /// Published peers, sorted.
     ///

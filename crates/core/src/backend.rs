@@ -32,6 +32,9 @@ pub struct Capabilities {
     /// side can stop it: the memory must then stay mapped until every peer has removed this
     /// transport.
     pub revoke: bool,
+    /// Notifications are carried ([`Backend::notify`]), and arriving ones reach the
+    /// transport's inbox.
+    pub notifications: bool,
 }
 
 /// Live resources of a backend, for tests and leak checks.
@@ -162,6 +165,26 @@ pub trait Backend: Send + Sync + 'static {
     fn fail_peer(&self, peer: &Self::Peer) -> bool {
         let _ = peer;
         false
+    }
+
+    /// Sends a notification to `peer`: `frame` (what [`crate::encode_frame`] made of the
+    /// sender's name and message; a backend whose library carries the sender's name itself, as
+    /// NIXL does, may send the message alone). It returns a transfer that is done once the
+    /// notification reached the peer's transport (as far as the library can tell: at least
+    /// the peer's side of the connection acknowledged it), and fails if it cannot get there.
+    /// At the peer, the backend's receive path hands it to the inbox it was opened with
+    /// ([`crate::BackendOptions::inbox`]), without the peer having to poll.
+    ///
+    /// The transport calls it only after the transfer the notification goes with is done (so
+    /// ordering after the data is the transport's rule, not the backend's), and for
+    /// standalone notifications. The default refuses: a backend that has it says
+    /// [`Capabilities::notifications`].
+    fn notify(&self, peer: &Self::Peer, frame: &[u8]) -> Result<Self::Xfer, BackendError> {
+        let _ = (peer, frame);
+        Err(BackendError::new(
+            crate::BackendErrorKind::Unsupported,
+            format!("backend {} does not carry notifications", self.kind()),
+        ))
     }
 
     /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.

@@ -1,6 +1,6 @@
 //! [`PeerDescriptor`]: what a peer needs to connect, and its byte encoding.
 //!
-//! Encoding, version 1, all integers little-endian:
+//! Encoding, version 2, all integers little-endian:
 //!
 //! | field | bytes |
 //! |---|---|
@@ -8,6 +8,7 @@
 //! | format version | u16 |
 //! | backend kind length, then kind (ASCII `[a-z0-9_-]`, 1..=32) | u8 + n |
 //! | fingerprint length, then fingerprint (lowercase hex, 0..=64) | u8 + n |
+//! | transport name length, then name (UTF-8, 0..=128; see [`crate::name_problem`]) | u8 + n |
 //! | base address | u64 |
 //! | number of blocks | u32 |
 //! | block length | u64 |
@@ -19,7 +20,7 @@
 use crate::BlockIndex;
 
 /// The encoding version this build writes and reads.
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 
 const MAGIC: &[u8; 4] = b"BWPD";
 /// Longest backend address accepted (NIXL agent metadata is a few KiB).
@@ -80,6 +81,9 @@ pub enum DescriptorError {
         /// Block length.
         block_len: u64,
     },
+    /// The transport name is not acceptable (see [`crate::name_problem`]).
+    #[error("invalid transport name: {0}")]
+    BadName(String),
     /// The backend address is longer than the format allows.
     #[error("backend address of {0} bytes exceeds the limit")]
     AddressTooLong(usize),
@@ -115,6 +119,9 @@ pub struct PeerDescriptor {
     pub block_len: u64,
     /// The peer's config fingerprint; empty means compatible with anyone.
     pub fingerprint: String,
+    /// The peer transport's name: the sender its notifications carry. Empty in a descriptor
+    /// built without one ([`PeerDescriptor::with_name`]); a transport's always has one.
+    pub name: String,
 }
 
 impl PeerDescriptor {
@@ -140,7 +147,20 @@ impl PeerDescriptor {
             num_blocks,
             block_len,
             fingerprint: fingerprint.into(),
+            name: String::new(),
         }
+    }
+
+    /// The same descriptor, naming its transport.
+    ///
+    /// ```
+    /// # use blockwire_core::PeerDescriptor;
+    /// let d = PeerDescriptor::new("shm", vec![], 4096, 8, 65536, "").with_name("prefill-0");
+    /// assert_eq!(PeerDescriptor::from_bytes(&d.to_bytes()).unwrap().name, "prefill-0");
+    /// ```
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Bytes of the whole region, if it fits in 64 bits.
@@ -198,6 +218,11 @@ impl PeerDescriptor {
         if !fp_ok {
             return Err(DescriptorError::BadFingerprint(self.fingerprint.clone()));
         }
+        if !self.name.is_empty() {
+            if let Some(problem) = crate::name_problem(&self.name) {
+                return Err(DescriptorError::BadName(problem));
+            }
+        }
         if self.num_blocks == 0 {
             return Err(DescriptorError::ZeroBlocks);
         }
@@ -236,6 +261,7 @@ impl PeerDescriptor {
         out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
         push_short(&mut out, self.backend.as_bytes());
         push_short(&mut out, self.fingerprint.as_bytes());
+        push_short(&mut out, self.name.as_bytes());
         out.extend_from_slice(&self.base_addr.to_le_bytes());
         out.extend_from_slice(&self.num_blocks.to_le_bytes());
         out.extend_from_slice(&self.block_len.to_le_bytes());
@@ -270,6 +296,10 @@ impl PeerDescriptor {
         let fp_len = usize::from(r.array::<1>("fingerprint length")?[0]);
         let fp = r.take("fingerprint", fp_len)?;
         let fingerprint = String::from_utf8_lossy(fp).into_owned();
+        let name_len = usize::from(r.array::<1>("transport name length")?[0]);
+        let name = std::str::from_utf8(r.take("transport name", name_len)?)
+            .map_err(|e| DescriptorError::BadName(format!("not UTF-8: {e}")))?
+            .to_owned();
         let base_addr = u64::from_le_bytes(r.array("base address")?);
         let num_blocks = u32::from_le_bytes(r.array("number of blocks")?);
         let block_len = u64::from_le_bytes(r.array("block length")?);
@@ -290,6 +320,7 @@ impl PeerDescriptor {
             num_blocks,
             block_len,
             fingerprint,
+            name,
         };
         desc.validate()?;
         Ok(desc)
@@ -297,7 +328,7 @@ impl PeerDescriptor {
 }
 
 fn push_short(out: &mut Vec<u8>, field: &[u8]) {
-    // Kinds and fingerprints are at most 64 bytes once validated; a longer one is cut to 255
+    // Kinds, fingerprints and names are at most 128 bytes once validated; a longer one is cut to 255
     // and then fails validation on the other side.
     let len = field.len().min(255);
     out.push(len as u8);
@@ -346,6 +377,7 @@ mod tests {
             65536,
             "abcdef0123456789",
         )
+        .with_name("prefill-0")
     }
 
     #[test]

@@ -140,6 +140,14 @@ pub enum Error {
         /// What the backend said.
         source: BackendError,
     },
+    /// The backend refused to post a standalone notification; nothing is tracked.
+    #[error("notifying peer {peer:?}")]
+    Notify {
+        /// The peer.
+        peer: PeerId,
+        /// What the backend said.
+        source: BackendError,
+    },
     /// The backend does not support this operation (see its capabilities).
     #[error("backend {backend} does not support {what}")]
     Unsupported {
@@ -148,6 +156,17 @@ pub enum Error {
         /// What was asked for.
         what: String,
     },
+    /// A notification's message is longer than [`crate::MAX_NOTIFICATION_LEN`]; nothing moved.
+    #[error("a notification message of {len} bytes exceeds the limit of {max}")]
+    NotificationTooLong {
+        /// The message's length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The transport name given is not acceptable (see [`crate::name_problem`]).
+    #[error("transport name: {0}")]
+    BadName(String),
     /// No backend of that name exists.
     #[error("unknown backend {name:?}; compiled in: {available}")]
     UnknownBackend {

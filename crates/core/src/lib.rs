@@ -9,6 +9,7 @@
 //!   [`FailureReason`], [`PeerFault`];
 //! - [`PeerDescriptor`]: what a peer needs to connect, with a versioned byte encoding whose
 //!   decoder treats its input as untrusted;
+//! - [`Notification`]: a short message that travels with a transfer (or alone) to its target;
 //! - [`Error`] and [`BackendError`];
 //! - the [`Backend`] trait a data path implements, with its [`Capabilities`] and
 //!   [`BackendStats`], and [`OpenBackend`], how one opens over a region;
@@ -31,6 +32,7 @@ mod descriptor;
 mod error;
 mod ids;
 pub mod kit;
+mod notification;
 mod open;
 mod options;
 mod registered;
@@ -41,6 +43,9 @@ pub use backend::{Backend, BackendStats, Capabilities};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, OsError, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
+pub use notification::{
+    MAX_NAME_LEN, MAX_NOTIFICATION_LEN, Notification, decode_frame, encode_frame, name_problem,
+};
 pub use open::OpenBackend;
 pub use options::{BackendOptions, DEFAULT_STALL_TIMEOUT};
 pub use registered::RegisteredRegion;

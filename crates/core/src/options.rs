@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::kit::Inbox;
 use crate::{BackendError, BackendErrorKind};
 
 /// The default stall timeout of a transport (`blockwire::TransportOptions::stall_timeout`):
@@ -34,6 +35,9 @@ pub struct BackendOptions {
     /// The transport's stall timeout, which the transport sets: see
     /// [`BackendOptions::stall_timeout`].
     stall_timeout: Option<Duration>,
+    /// The transport's name and inbox, which the transport sets: see
+    /// [`BackendOptions::with_identity`].
+    identity: Option<(String, Inbox)>,
 }
 
 impl BackendOptions {
@@ -73,6 +77,40 @@ impl BackendOptions {
     /// ```
     pub fn stall_timeout(&self) -> Option<std::time::Duration> {
         self.stall_timeout
+    }
+
+    /// With the transport's name (carried in its descriptor, and the sender of its
+    /// notifications) and the inbox its backend's receive path hands arriving notifications
+    /// to. The transport passes both this way.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendOptions, kit::Inbox};
+    /// let inbox = Inbox::new(16);
+    /// let o = BackendOptions::new().with_identity("decode-0", inbox.clone());
+    /// assert_eq!(o.name(), "decode-0");
+    /// assert_eq!(o.inbox(), inbox);
+    /// assert!(o.is_empty()); // not a key
+    /// ```
+    pub fn with_identity(mut self, name: impl Into<String>, inbox: Inbox) -> Self {
+        self.identity = Some((name.into(), inbox));
+        self
+    }
+
+    /// The transport's name: `"blockwire"` for a backend opened without a transport.
+    ///
+    /// ```
+    /// assert_eq!(blockwire_core::BackendOptions::new().name(), "blockwire");
+    /// ```
+    pub fn name(&self) -> &str {
+        self.identity.as_ref().map_or("blockwire", |(n, _)| n)
+    }
+
+    /// The inbox arriving notifications go to: the transport's, or for a backend opened
+    /// without a transport, a fresh one nobody drains.
+    pub fn inbox(&self) -> Inbox {
+        self.identity
+            .as_ref()
+            .map_or_else(Inbox::default, |(_, i)| i.clone())
     }
 
     /// Parses `k=v,k=v` (empty input gives no options). A value may itself hold commas, as

@@ -68,6 +68,10 @@ pub enum FailureReason {
     /// Checking the transfer's state failed: the backend cannot say what became of it. Its
     /// peer is faulted at once ([`PeerFault::StateCheck`]).
     StateCheck(String),
+    /// The transfer's bytes landed but its notification could not be delivered (the peer
+    /// went away, refused it, or the library failed it): the target never learns of the
+    /// transfer, so it must not count as done.
+    NotificationUndelivered(String),
 }
 
 impl FailureReason {
@@ -90,6 +94,9 @@ impl fmt::Display for FailureReason {
             FailureReason::Aborted => f.write_str("aborted"),
             FailureReason::Backend(m) => write!(f, "backend error: {m}"),
             FailureReason::StateCheck(m) => write!(f, "state check failed: {m}"),
+            FailureReason::NotificationUndelivered(m) => {
+                write!(f, "notification undelivered: {m}")
+            }
         }
     }
 }

@@ -17,6 +17,16 @@ use parking_lot::{Mutex, RwLock};
 use super::peers::PeerConn;
 use crate::clock::Clock;
 
+/// Where a transfer that carries a notification stands.
+enum Stage {
+    /// The data moves; the notification (its frame) goes once the data is in place.
+    Data(Arc<[u8]>),
+    /// The notification is on its way (the tracked handle is now the notification's).
+    Notify,
+    /// A plain transfer, or a notified one whose notification is no longer to be sent.
+    Plain,
+}
+
 /// One posted transfer.
 pub(crate) struct Tracked<B: Backend> {
     xfer: B::Xfer,
@@ -27,6 +37,12 @@ pub(crate) struct Tracked<B: Backend> {
     /// Its peer was removed (or replaced) while it still ran: it reports `PeerRemoved`,
     /// whatever the backend says later. One that had completed before reports its outcome.
     removed: bool,
+    stage: Stage,
+    /// Cancelled (or closed) before it completed: a notification it carries is not sent.
+    cancelled: bool,
+    /// Data handles of notified transfers whose release the backend refused when the
+    /// notification was posted; released with the transfer.
+    spent: Vec<B::Xfer>,
 }
 
 impl<B: Backend> Tracked<B> {
@@ -36,22 +52,99 @@ impl<B: Backend> Tracked<B> {
             conn,
             outcome: None,
             removed: false,
+            stage: Stage::Plain,
+            cancelled: false,
+            spent: Vec::new(),
         }
     }
 
+    /// A transfer whose notification (`frame`) is sent once its data is in place.
+    pub(crate) fn notified(xfer: B::Xfer, conn: Arc<PeerConn<B>>, frame: Arc<[u8]>) -> Self {
+        Tracked {
+            stage: Stage::Data(frame),
+            ..Self::new(xfer, conn)
+        }
+    }
+
+    /// A standalone notification, already posted.
+    pub(crate) fn notification(xfer: B::Xfer, conn: Arc<PeerConn<B>>) -> Self {
+        Tracked {
+            stage: Stage::Notify,
+            ..Self::new(xfer, conn)
+        }
+    }
+
+    /// Cancel, remove or close reached it: if its data is still moving, its notification will
+    /// not be sent, and it cannot end done.
+    pub(crate) fn cancel(&mut self) {
+        self.cancelled = true;
+    }
+
     /// Observes the transfer once and remembers the first terminal state, which also counts
-    /// toward its peer's health (unless the peer was removed meanwhile).
+    /// toward its peer's health (unless the peer was removed meanwhile). A notified transfer
+    /// whose data is in place posts its notification here and runs on as that.
     fn observe(&mut self, backend: &B) -> bool {
-        if self.outcome.is_none() {
-            let state = backend.state(&mut self.xfer);
-            if state.is_terminal() {
+        if self.outcome.is_some() {
+            return true;
+        }
+        let mut state = backend.state(&mut self.xfer);
+        if !state.is_terminal() {
+            return false;
+        }
+        match (&self.stage, &state) {
+            (Stage::Data(frame), XferState::Done) => {
+                let frame = frame.clone();
+                self.stage = Stage::Plain;
+                // Data in place, but the caller gave it up first: the target is not told, so
+                // the transfer did not complete.
+                if self.removed || self.conn.is_retired() {
+                    state = XferState::Failed(FailureReason::PeerRemoved);
+                } else if self.cancelled {
+                    state = XferState::Failed(FailureReason::Aborted);
+                } else if let Some(next) = self.post_notification(backend, &frame) {
+                    state = next;
+                } else {
+                    return false;
+                }
+            }
+            (Stage::Notify, XferState::Failed(reason)) => {
                 if !self.removed && !self.conn.is_retired() {
                     self.conn.observed(&state);
                 }
-                self.outcome = Some(state);
+                self.outcome = Some(XferState::Failed(FailureReason::NotificationUndelivered(
+                    reason.to_string(),
+                )));
+                return true;
             }
+            _ => {}
         }
-        self.outcome.is_some()
+        if !self.removed && !self.conn.is_retired() {
+            self.conn.observed(&state);
+        }
+        self.outcome = Some(state);
+        true
+    }
+
+    /// Posts the notification of a transfer whose data is done; the tracked handle becomes
+    /// the notification's. `None` once posted; the terminal state if it could not be.
+    fn post_notification(&mut self, backend: &B, frame: &[u8]) -> Option<XferState> {
+        let Some(peer) = self.conn.peer() else {
+            return Some(XferState::Failed(FailureReason::PeerRemoved));
+        };
+        match backend.notify(peer, frame) {
+            Ok(next) => {
+                let data = std::mem::replace(&mut self.xfer, next);
+                if let Err(data) = backend.release(data) {
+                    self.spent.push(data);
+                }
+                self.stage = Stage::Notify;
+                tracing::trace!(peer = %self.conn.id, "data in place: notification posted");
+                None
+            }
+            Err(e) => Some(XferState::Failed(FailureReason::NotificationUndelivered(
+                format!("posting it failed: {e}"),
+            ))),
+        }
     }
 
     /// Releases the transfer if it has stopped; gives it back otherwise.
@@ -59,11 +152,22 @@ impl<B: Backend> Tracked<B> {
         if !self.observe(backend) {
             return Err(self);
         }
+        for data in std::mem::take(&mut self.spent) {
+            if let Err(data) = backend.release(data) {
+                self.spent.push(data);
+            }
+        }
+        if !self.spent.is_empty() {
+            return Err(self);
+        }
         let Tracked {
             xfer,
             conn,
             outcome,
             removed,
+            stage,
+            cancelled,
+            spent,
         } = self;
         match backend.release(xfer) {
             Ok(()) => Ok(Released {
@@ -76,6 +180,9 @@ impl<B: Backend> Tracked<B> {
                 conn,
                 outcome,
                 removed,
+                stage,
+                cancelled,
+                spent,
             }),
         }
     }
@@ -333,6 +440,7 @@ impl<B: Backend> Inflight<B> {
                 let Some(mut t) = guard.tracked.remove(id) else {
                     continue;
                 };
+                t.cancel();
                 let stopped = t.observe(backend);
                 if !stopped {
                     backend.abort(&mut t.xfer);
@@ -395,6 +503,7 @@ impl<B: Backend> Inflight<B> {
             pending.append(&mut guard.detached);
         }
         for t in &mut pending {
+            t.cancel();
             if !t.observe(backend) {
                 backend.abort(&mut t.xfer);
             }

@@ -9,9 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use blockwire_core::kit::{Inbox, InboxStats};
 use blockwire_core::{
-    Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Op, OpenBackend,
-    PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId,
+    Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Notification, Op,
+    OpenBackend, PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId,
 };
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
@@ -50,6 +51,10 @@ struct Shared<B: Backend> {
     inflight: Inflight<B>,
     next_id: AtomicU64,
     fingerprint: String,
+    /// This transport's name (in its descriptor, and on its notifications).
+    name: String,
+    /// Notifications that reached this transport, until drained.
+    inbox: Inbox,
     close_timeout: Duration,
     /// `TransportOptions::max_consecutive_failures`.
     max_failures: u32,
@@ -113,7 +118,20 @@ impl<B: Backend> BlockTransport<B> {
         options: TransportOptions,
         make: impl FnOnce(RegionSpan, blockwire_core::BackendOptions) -> Result<B>,
     ) -> Result<Self> {
-        let backend_options = options.backend.with_stall_timeout(options.stall_timeout);
+        let name = match options.name {
+            Some(name) => {
+                if let Some(problem) = blockwire_core::name_problem(&name) {
+                    return Err(Error::BadName(problem));
+                }
+                name
+            }
+            None => generated_name(),
+        };
+        let inbox = Inbox::new(options.notification_capacity);
+        let backend_options = options
+            .backend
+            .with_stall_timeout(options.stall_timeout)
+            .with_identity(name.clone(), inbox.clone());
         let backend = Arc::new(make(region.span(), backend_options)?);
         let fingerprint = crate::fingerprint::fingerprint(options.config_fields.as_ref());
         let shared = Arc::new(Shared {
@@ -123,6 +141,8 @@ impl<B: Backend> BlockTransport<B> {
             inflight: Inflight::new(options.stall_timeout, options.clock),
             next_id: AtomicU64::new(1),
             fingerprint,
+            name,
+            inbox,
             close_timeout: options.close_timeout,
             max_failures: options.max_consecutive_failures,
             backend,
@@ -140,6 +160,7 @@ impl<B: Backend> BlockTransport<B> {
             })?;
         tracing::debug!(
             backend = shared.backend.kind(),
+            name = %shared.name,
             num_blocks = shared.region.num_blocks(),
             block_len = shared.region.block_len(),
             "transport opened"
@@ -174,26 +195,18 @@ impl<B: Backend> BlockTransport<B> {
         peer: &PeerId,
         local: &[BlockIndex],
         remote: &[BlockIndex],
+        message: Option<&[u8]>,
     ) -> Result<TransferId> {
         let s = &*self.shared;
         let _gate = s.open()?;
+        let frame = message.map(|m| s.frame(m)).transpose()?;
         if op == Op::Read && !s.backend.capabilities().read {
             return Err(Error::Unsupported {
                 backend: s.backend.kind(),
                 what: "READ".into(),
             });
         }
-        let conn = s
-            .peers
-            .lock()
-            .get(peer)
-            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
-        if let Some(fault) = conn.current_fault() {
-            return Err(Error::PeerFaulted {
-                peer: peer.clone(),
-                fault,
-            });
-        }
+        let conn = s.usable(peer)?;
         validate::check_indices(
             op,
             peer,
@@ -217,8 +230,11 @@ impl<B: Backend> BlockTransport<B> {
                 }
             })?;
         let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
-        s.inflight
-            .insert(peer, id, Tracked::new(xfer, conn.clone()));
+        let tracked = match frame {
+            Some(frame) => Tracked::notified(xfer, conn.clone(), frame),
+            None => Tracked::new(xfer, conn.clone()),
+        };
+        s.inflight.insert(peer, id, tracked);
         if conn.is_retired() {
             // Removed while we posted: stop it like the transfers remove already saw.
             s.inflight.abort_peer(&s.backend, &conn);
@@ -226,6 +242,46 @@ impl<B: Backend> BlockTransport<B> {
         tracing::trace!(transfer = %id, %peer, %op, blocks = local.len(), "transfer posted");
         Ok(id)
     }
+
+    /// A standalone notification: posted at once, tracked like a transfer.
+    fn submit_notification(&self, peer: &PeerId, message: &[u8]) -> Result<TransferId> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        let frame = s.frame(message)?;
+        let conn = s.usable(peer)?;
+        let backend_peer = conn
+            .peer()
+            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+        let xfer = s.backend.notify(backend_peer, &frame).map_err(|source| {
+            conn.refused(&source);
+            Error::Notify {
+                peer: peer.clone(),
+                source,
+            }
+        })?;
+        let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+        s.inflight
+            .insert(peer, id, Tracked::notification(xfer, conn.clone()));
+        if conn.is_retired() {
+            s.inflight.abort_peer(&s.backend, &conn);
+        }
+        tracing::trace!(transfer = %id, %peer, len = message.len(), "notification posted");
+        Ok(id)
+    }
+}
+
+/// A name unique to this transport: backend-free, since the name is chosen before the
+/// backend opens. The pid and a process-wide count make it unique on the host, the random part
+/// across hosts and pid reuse.
+fn generated_name() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    // RandomState is seeded from the OS per process (and varies per instance).
+    let random = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    format!("bw-{}-{n}-{:08x}", std::process::id(), random as u32)
 }
 
 impl<B: Backend> BlockTransport<B> {
@@ -262,6 +318,39 @@ impl<B: Backend> BlockTransport<B> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// Checks a notification's message and frames it with this transport's name.
+    fn frame(&self, message: &[u8]) -> Result<Arc<[u8]>> {
+        if !self.backend.capabilities().notifications {
+            return Err(Error::Unsupported {
+                backend: self.backend.kind(),
+                what: "notifications".into(),
+            });
+        }
+        if message.len() > blockwire_core::MAX_NOTIFICATION_LEN {
+            return Err(Error::NotificationTooLong {
+                len: message.len(),
+                max: blockwire_core::MAX_NOTIFICATION_LEN,
+            });
+        }
+        Ok(blockwire_core::encode_frame(&self.name, message).into())
+    }
+
+    /// The peer's connection, if it is published and not faulted.
+    fn usable(&self, peer: &PeerId) -> Result<Arc<PeerConn<B>>> {
+        let conn = self
+            .peers
+            .lock()
+            .get(peer)
+            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+        if let Some(fault) = conn.current_fault() {
+            return Err(Error::PeerFaulted {
+                peer: peer.clone(),
+                fault,
+            });
+        }
+        Ok(conn)
+    }
+
     /// Revokes every peer's access to the region (close, once no transfer is held).
     fn revoke(&self) {
         self.backend.revoke();
@@ -391,7 +480,8 @@ impl<B: Backend> Transport for BlockTransport<B> {
             s.region.num_blocks(),
             s.region.block_len() as u64,
             s.fingerprint.clone(),
-        ))
+        )
+        .with_name(s.name.clone()))
     }
 
     fn add_remote_peer(&self, peer: &PeerId, desc: &PeerDescriptor) -> Result<()> {
@@ -456,7 +546,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<TransferId> {
-        self.submit(Op::Write, peer, local, remote)
+        self.submit(Op::Write, peer, local, remote, None)
     }
 
     fn read_blocks(
@@ -465,7 +555,45 @@ impl<B: Backend> Transport for BlockTransport<B> {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<TransferId> {
-        self.submit(Op::Read, peer, local, remote)
+        self.submit(Op::Read, peer, local, remote, None)
+    }
+
+    fn write_blocks_notify(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        message: &[u8],
+    ) -> Result<TransferId> {
+        self.submit(Op::Write, peer, local, remote, Some(message))
+    }
+
+    fn read_blocks_notify(
+        &self,
+        peer: &PeerId,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        message: &[u8],
+    ) -> Result<TransferId> {
+        self.submit(Op::Read, peer, local, remote, Some(message))
+    }
+
+    fn notify(&self, peer: &PeerId, message: &[u8]) -> Result<TransferId> {
+        self.submit_notification(peer, message)
+    }
+
+    fn notifications(&self, from: Option<&str>) -> Result<Vec<Notification>> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        Ok(s.inbox.drain(from))
+    }
+
+    fn notification_stats(&self) -> InboxStats {
+        self.shared.inbox.stats()
+    }
+
+    fn name(&self) -> &str {
+        &self.shared.name
     }
 
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult> {
@@ -541,6 +669,8 @@ impl<B: Backend> Transport for BlockTransport<B> {
         // 4. Disconnect the peers, then revoke remote access to the region (both outside
         //    every lock), or leave both to the reaper.
         drop(conns);
+        // 5. Undrained notifications are discarded; later ones are refused.
+        s.inbox.close();
         if running.is_empty() {
             s.revoke();
         } else {

@@ -10,10 +10,12 @@
 //! - [`ProgressThread`]: a thread that drives a library's progress while nobody polls;
 //! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd);
 //! - [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read
-//!   back with every length checked.
+//!   back with every length checked;
+//! - [`Inbox`]: the notifications that reached a transport, queued by sender until drained.
 
 mod address;
 mod cell;
+mod inbox;
 mod link;
 mod live;
 mod posted;
@@ -22,6 +24,7 @@ mod progress;
 
 pub use address::{AddressReader, AddressWriter};
 pub use cell::TransferCell;
+pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};
 pub use posted::PostedTransfers;
