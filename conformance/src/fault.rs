@@ -451,6 +451,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         })
     }
 
+    fn poll_notifications(&self) {
+        self.inner.poll_notifications();
+    }
+
     fn revoke(&self) {
         self.inner.revoke();
     }

@@ -187,6 +187,12 @@ pub trait Backend: Send + Sync + 'static {
         ))
     }
 
+    /// Called by the transport before it drains its inbox (`notifications`): a backend whose
+    /// library delivers arriving messages only while someone drives it, and that does not run
+    /// a thread doing that in every setting, hands what arrived to the inbox here. Must not
+    /// block. The default does nothing (the receive path delivers on its own).
+    fn poll_notifications(&self) {}
+
     /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.
     fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer>;
 

@@ -585,6 +585,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
     fn notifications(&self, from: Option<&str>) -> Result<Vec<Notification>> {
         let s = &*self.shared;
         let _gate = s.open()?;
+        s.backend.poll_notifications();
         Ok(s.inbox.drain(from))
     }
 
