@@ -25,6 +25,14 @@
 
 include!(concat!(env!("OUT_DIR"), "/bindings.rs"));
 
+/// `FI_ADDR_UNSPEC` (`((uint64_t) -1)` in `fabric.h`, a cast bindgen does not evaluate): no
+/// particular address, as a receive from any peer names its source.
+///
+/// ```
+/// assert_eq!(libfabric_sys::FI_ADDR_UNSPEC, u64::MAX);
+/// ```
+pub const FI_ADDR_UNSPEC: fi_addr_t = fi_addr_t::MAX;
+
 /// `FI_VERSION(major, minor)`.
 ///
 /// ```
