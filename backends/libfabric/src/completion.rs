@@ -20,6 +20,10 @@ pub(crate) struct Transfer {
     pub(crate) cell: TransferCell,
     pending: AtomicUsize,
     posted_all: AtomicBool,
+    /// The bytes a send reads (a notification's frame): owned here, so that they stay valid
+    /// while any operation's context (which holds this transfer) may still be read by the
+    /// provider, even after the caller released the transfer (a cut link).
+    payload: Box<[u8]>,
 }
 
 impl AsRef<TransferCell> for Transfer {
@@ -30,11 +34,23 @@ impl AsRef<TransferCell> for Transfer {
 
 impl Transfer {
     pub(crate) fn new() -> Arc<Self> {
+        Self::carrying(Box::default())
+    }
+
+    /// A transfer whose operations send `payload` (see [`Transfer::payload`]).
+    pub(crate) fn carrying(payload: Box<[u8]>) -> Arc<Self> {
         Arc::new(Transfer {
             cell: TransferCell::running(),
             pending: AtomicUsize::new(0),
             posted_all: AtomicBool::new(false),
+            payload,
         })
+    }
+
+    /// The bytes its send operations read; valid as long as this transfer is (and so until
+    /// every operation's context is reclaimed).
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.payload
     }
 
     /// An operation is about to be posted.

@@ -1,7 +1,8 @@
 //! Completion queues: reading them (completions go to their operations' contexts,
-//! `crate::completion`), and the queues the progress thread serves: the backend's, and those
-//! of the peers' own endpoints (see `crate::endpoint`). Where the queues have wait objects (`tcp`, `net`),
-//! the thread sleeps in `epoll_wait` on all their file descriptors at once, after
+//! `crate::completion`, or, on the backend's own queue, to the receive buffers,
+//! `crate::recv`), and the queues the progress thread serves: the backend's, and those of the
+//! peers' own endpoints (see `crate::endpoint`). Where the queues have wait objects (`tcp`,
+//! `net`), the thread sleeps in `epoll_wait` on all their file descriptors at once, after
 //! `fi_trywait` says nothing is pending (libfabric's protocol for waiting on several queues);
 //! otherwise it polls them.
 
@@ -16,6 +17,7 @@ use std::ffi::CStr;
 
 use crate::completion::complete;
 use crate::errors::{EAVAIL, check, reason};
+use crate::recv::RecvPool;
 
 /// A completion queue's address, shared with the progress thread.
 pub(crate) struct Raw(pub(crate) *mut fid_cq);
@@ -25,25 +27,16 @@ unsafe impl Send for Raw {}
 // SAFETY: as for `Send`: the queue is thread-safe and only its address is shared.
 unsafe impl Sync for Raw {}
 
-/// Reads up to 16 completions (or one error) from `cq` and completes their operations.
+/// Reads up to 16 completions (or one error) from a peer endpoint's `cq` (format
+/// `FI_CQ_FORMAT_CONTEXT`) and completes their operations.
 ///
 /// # Safety
 ///
-/// `cq` is a live completion queue whose operation contexts are all [`OpContext`]s.
+/// `cq` is a live completion queue whose operation contexts are all [`OpContext`](crate::completion::OpContext)s.
 pub(crate) unsafe fn poll_cq(cq: *mut fid_cq) -> usize {
     let mut entries = [fi_cq_entry::default(); 16];
     // SAFETY: `entries` holds 16 context-format entries.
     let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
-    // SAFETY: per this function's contract.
-    unsafe { dispatch(cq, n, &entries) }
-}
-
-/// Completes the `n` entries one read returned, or reads the error it announced.
-///
-/// # Safety
-///
-/// As for [`poll_cq`].
-unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize {
     if n > 0 {
         for e in &entries[..n as usize] {
             // SAFETY: every operation is posted with a boxed OpContext, completed once.
@@ -51,27 +44,77 @@ unsafe fn dispatch(cq: *mut fid_cq, n: isize, entries: &[fi_cq_entry]) -> usize 
         }
         return n as usize;
     }
-    if n == EAVAIL {
-        let mut err = fi_cq_err_entry::default();
-        // SAFETY: a live queue and a writable error entry.
-        let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
-        if r > 0 {
-            // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
-            let text = unsafe {
-                let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
-                if p.is_null() {
-                    String::new()
-                } else {
-                    CStr::from_ptr(p).to_string_lossy().into_owned()
-                }
-            };
-            tracing::debug!(err = err.err, %text, "libfabric completion error");
-            // SAFETY: as above.
-            unsafe { complete(err.op_context, Some(reason(err.err, &text))) };
-            return 1;
+    // SAFETY: per this function's contract.
+    unsafe { read_error(cq, n, None) }
+}
+
+/// Reads up to 16 completions (or one error) from the backend's own `cq` (format
+/// `FI_CQ_FORMAT_MSG`): those of `recv`'s buffers hand their frames to the inbox
+/// (`crate::recv`), the others complete their operations. Then posts again the buffers the
+/// provider refused for now.
+///
+/// # Safety
+///
+/// `cq` is a live completion queue of format `FI_CQ_FORMAT_MSG` whose contexts are
+/// [`OpContext`](crate::completion::OpContext)s or `recv`'s buffers; `recv`'s endpoint is open.
+pub(crate) unsafe fn poll_main(cq: *mut fid_cq, recv: Option<&RecvPool>) -> usize {
+    let mut entries = [fi_cq_msg_entry::default(); 16];
+    // SAFETY: `entries` holds 16 msg-format entries, the queue's format.
+    let n = unsafe { fi_cq_read(cq, entries.as_mut_ptr().cast(), entries.len()) };
+    let handled = if n > 0 {
+        for e in &entries[..n as usize] {
+            match recv.and_then(|r| Some((r, r.slot_of(e.op_context)?))) {
+                // SAFETY: a completion of that buffer, just read.
+                Some((r, slot)) => unsafe { r.completed(slot, e.len) },
+                // SAFETY: every other operation is posted with a boxed OpContext, completed
+                // once.
+                None => unsafe { complete(e.op_context, None) },
+            }
         }
+        n as usize
+    } else {
+        // SAFETY: per this function's contract.
+        unsafe { read_error(cq, n, recv) }
+    };
+    if let Some(r) = recv {
+        r.repost_refused();
     }
-    0
+    handled
+}
+
+/// When a read returned `n` = `-FI_EAVAIL`, reads the error and fails its operation (or
+/// hands it to `recv` when it is one of its buffers). Returns how many it handled.
+///
+/// # Safety
+///
+/// As for [`poll_main`] (with `recv` `None`: as for [`poll_cq`]).
+unsafe fn read_error(cq: *mut fid_cq, n: isize, recv: Option<&RecvPool>) -> usize {
+    if n != EAVAIL {
+        return 0;
+    }
+    let mut err = fi_cq_err_entry::default();
+    // SAFETY: a live queue and a writable error entry.
+    let r = unsafe { fi_cq_readerr(cq, &mut err, 0) };
+    if r <= 0 {
+        return 0;
+    }
+    // SAFETY: fi_cq_strerror returns a string owned by the provider (or null).
+    let text = unsafe {
+        let p = fi_cq_strerror(cq, err.prov_errno, err.err_data, ptr::null_mut(), 0);
+        if p.is_null() {
+            String::new()
+        } else {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
+    };
+    tracing::debug!(err = err.err, %text, "libfabric completion error");
+    match recv.and_then(|r| Some((r, r.slot_of(err.op_context)?))) {
+        // SAFETY: the failed completion of that buffer, just read.
+        Some((r, slot)) => unsafe { r.failed(slot, err.err, &text) },
+        // SAFETY: as above.
+        None => unsafe { complete(err.op_context, Some(reason(err.err, &text))) },
+    }
+    1
 }
 
 /// How long the progress thread sleeps in `epoll_wait` at most (a stop signals the backend's
@@ -206,10 +249,17 @@ impl PeerQueues {
     ///
     /// # Safety
     ///
-    /// `fabric` and `main` are live and outlive the call; [`Self::waiting`] is true.
-    pub(crate) unsafe fn wait(&self, fabric: *mut fid_fabric, main: *mut fid_cq, busy: bool) {
+    /// `fabric` and `main` are live and outlive the call; [`Self::waiting`] is true; as for
+    /// [`poll_main`] with `main` and `recv`.
+    pub(crate) unsafe fn wait(
+        &self,
+        fabric: *mut fid_fabric,
+        main: *mut fid_cq,
+        recv: Option<&RecvPool>,
+        busy: bool,
+    ) {
         // SAFETY: per this function's contract.
-        if unsafe { poll_cq(main) } + self.poll() > 0 {
+        if unsafe { poll_main(main, recv) } + self.poll() > 0 {
             return;
         }
         let Some(epoll) = &self.epoll else {

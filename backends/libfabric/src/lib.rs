@@ -1,7 +1,8 @@
 //! # blockwire-libfabric: RDM endpoints and one-sided RMA on the system libfabric
 //!
 //! - **Provider** by option: `shm`, `tcp` (which resolves to `tcp;ofi_rxm`), `net`. `fi_getinfo`
-//!   is asked for `FI_EP_RDM` endpoints with `FI_RMA`, a thread-safe domain, and delivery
+//!   is asked for `FI_EP_RDM` endpoints with `FI_RMA` and `FI_MSG` (without `FI_MSG` where the
+//!   provider has none: then no notifications), a thread-safe domain, and delivery
 //!   completion; the provider's `mr_mode` is honoured: local descriptors (`FI_MR_LOCAL`),
 //!   virtual addresses or offsets (`FI_MR_VIRT_ADDR`), provider keys (`FI_MR_PROV_KEY`),
 //!   registrations bound to the endpoint (`FI_MR_ENDPOINT`).
@@ -53,6 +54,25 @@
 //!   does not return: a libfabric 1.17 bug blockwire cannot reach. Operations the provider never completes keep their
 //!   context allocated until their endpoint closes (the peer's own, with the link; the
 //!   backend's, with the backend).
+//! - **Notifications** ([`Backend::notify`]): an `fi_sendmsg` of the frame with
+//!   `FI_DELIVERY_COMPLETE`, through the peer's endpoint (as its RMA goes) to the endpoint
+//!   its descriptor names. That endpoint keeps 64 receive buffers posted (one pool per
+//!   backend, about 270 KiB, each the largest frame plus a byte); the progress thread hands
+//!   each completed one to the transport's inbox and posts it again, so a passive target
+//!   receives them in both settings (`tcp` waiting, `shm` polling). A burst beyond the pool
+//!   waits in the provider's unexpected queue. **Delivered** means the target's provider
+//!   took the message: on `shm` the send's own completion (libfabric 1.17 completes a
+//!   delivery-complete send once the target's progress copied it); on `tcp;ofi_rxm`, which
+//!   completes an eager send once it is in the socket (measured: done in 2 ms to a target
+//!   process stopped with `SIGSTOP`), the send is followed by a zero-length delivery-complete
+//!   write to the same peer, ordered after it (`FI_ORDER_WAS`), whose completion is the
+//!   target's acknowledgement. Elsewhere: the probe where the provider orders writes after
+//!   sends, else the send's completion, whatever the provider makes of it. Refused posts are
+//!   retried, and a cut fails the notification, as for RMA. Not carried where the provider
+//!   requires local registrations (`FI_MR_LOCAL`): [`Capabilities::notifications`] says
+//!   which. After [`Backend::revoke`] nothing more reaches the inbox; a sender's
+//!   notification to a revoked target fails (`tcp`: the connection is gone; `shm`: the link is
+//!   cut). The buffers stay posted, and allocated, until the endpoint closes.
 //! - **Cancel**: an operation in flight cannot be stopped: [`Capabilities::abort`] is false and
 //!   `release` reports busy until every operation of the transfer has completed.
 //! - **Memory** (`tcp;ofi_rxm`): each endpoint preposts a shared receive queue of 4,096
@@ -107,11 +127,12 @@ mod errors;
 mod fabric;
 mod link;
 mod local;
+mod notify;
 mod post;
+mod recv;
 mod retry;
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use blockwire_core::kit::{Live, LiveCounts};
@@ -123,10 +144,9 @@ use blockwire_core::{
 
 use address::OfiAddress;
 use completion::Transfer;
-use errors::EAGAIN;
 use fabric::{Fabric, Settings};
 use link::{Link, Links};
-use post::RmaOp;
+use post::{RmaOp, Verb};
 
 /// The backend kind written in descriptors.
 ///
@@ -214,6 +234,7 @@ impl OpenBackend for OfiBackend {
         // With no stall timeout, half the default one: such a peer is gone, and
         // `Capabilities::remote_disconnect` promises its transfers fail in bounded time.
         let give_up_after = options.stall_timeout().unwrap_or(DEFAULT_STALL_TIMEOUT) / 2;
+        let inbox = options.inbox();
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
             give_up_after,
@@ -222,6 +243,7 @@ impl OpenBackend for OfiBackend {
             idle_sleep,
             wait,
             endpoint_per_peer,
+            inbox,
         };
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
         tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
@@ -264,6 +286,15 @@ impl OfiBackend {
     pub fn attributes(&self) -> &str {
         &self.fabric.attributes
     }
+
+    /// The handle of a transfer just posted.
+    fn xfer(&self, transfer: Arc<Transfer>) -> OfiXfer {
+        OfiXfer {
+            transfer,
+            _fabric: self.fabric.clone(),
+            _live: self.counts.transfer(),
+        }
+    }
 }
 
 impl Backend for OfiBackend {
@@ -282,6 +313,7 @@ impl Backend for OfiBackend {
         // to it running. Connection-based providers report the peer's end as an error.
         c.remote_disconnect = !self.fabric.provider.starts_with("shm");
         c.revoke = true;
+        c.notifications = self.fabric.carrier.is_some();
         c
     }
 
@@ -341,67 +373,45 @@ impl Backend for OfiBackend {
         // Every index is checked before the first operation is posted.
         let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
         let fabric = &self.fabric;
-        let ops = pairs.iter().map(|pair| RmaOp {
-            op,
-            // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
-            local: unsafe { self.span.base().as_ptr().add(pair.local) },
-            len: block_len,
-            remote: if peer.virt {
-                peer.base + pair.remote
-            } else {
-                pair.remote
-            },
-            key: peer.key,
-        });
-        // Held until every operation is posted or queued: a cut waits for it.
-        let held = peer.link.hold()?;
-        let ep = held.ep_or((fabric.ep, &fabric.outstanding));
+        let ops: Vec<RmaOp> = pairs
+            .iter()
+            .map(|pair| RmaOp {
+                op: op.into(),
+                // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
+                local: unsafe { self.span.base().as_ptr().add(pair.local) },
+                len: block_len,
+                remote: if peer.virt {
+                    peer.base + pair.remote
+                } else {
+                    pair.remote
+                },
+                key: peer.key,
+            })
+            .collect();
         let transfer = Transfer::new();
-        // Behind operations already queued for this peer, in order.
-        let mut queue_from = (peer.link.queued.load(Ordering::Acquire) > 0).then_some(0);
-        let mut ops: Vec<RmaOp> = ops.collect();
-        if queue_from.is_none() {
-            for (i, rma) in ops.iter().enumerate() {
-                // SAFETY: a live endpoint whose address vector holds the link's address; the
-                // local block stays valid until the backend is dropped, after this transfer
-                // is released; the remote range lies inside the peer's registered region
-                // (index checked, size validated in its descriptor).
-                let ret =
-                    unsafe { post::post_one(ep, peer.link.addr, fabric.desc, rma, &transfer) };
-                if ret == EAGAIN {
-                    queue_from = Some(i);
-                    break;
-                }
-                if ret != 0 {
-                    if i == 0 {
-                        return Err(errors::error(&format!("posting {op}"), ret));
-                    }
-                    // Earlier blocks are in flight: they finish, then the transfer reports this.
-                    transfer.cell.note_failure(post::refused(op, ret));
-                    break;
-                }
-            }
-        }
-        held.track(&transfer);
-        match queue_from {
-            // The provider refused more for now: the retry thread posts the rest (`crate::retry`).
-            Some(i) => {
-                let rest = ops.split_off(i);
-                tracing::trace!(queued = rest.len(), "libfabric post queued for retry");
-                fabric.retries.push(&peer.link, &transfer, rest);
-            }
-            None => transfer.all_posted(),
-        }
-        drop(held);
-        if queue_from.is_some() {
-            fabric.retries.kick();
-        }
-        fabric.kick();
-        Ok(OfiXfer {
-            transfer,
-            _fabric: fabric.clone(),
-            _live: self.counts.transfer(),
-        })
+        // SAFETY: the link's endpoint (or the backend's) is live while the link is held; the
+        // local blocks stay valid until the backend is dropped, after this transfer is
+        // released; the remote ranges lie inside the peer's registered region (indices
+        // checked, size validated in its descriptor).
+        unsafe { post::submit(fabric, &peer.link, &transfer, ops) }?;
+        Ok(self.xfer(transfer))
+    }
+
+    fn notify(&self, peer: &OfiPeer, frame: &[u8]) -> Result<OfiXfer, BackendError> {
+        // Where the carrier has a probe: a zero-length WRITE at the start of the peer's region.
+        let probe = RmaOp {
+            op: Verb::Write,
+            local: self.span.base().as_ptr(),
+            len: 0,
+            remote: if peer.virt { peer.base } else { 0 },
+            key: peer.key,
+        };
+        let ops = notify::operations(&self.fabric, frame, probe)?;
+        let transfer = Transfer::carrying(frame.into());
+        // SAFETY: as in `post`: the send reads the transfer's own payload; the probe is a
+        // zero-length write at the start of the peer's registered region.
+        unsafe { post::submit(&self.fabric, &peer.link, &transfer, ops) }?;
+        Ok(self.xfer(transfer))
     }
 
     fn state(&self, xfer: &mut OfiXfer) -> XferState {

@@ -1,20 +1,55 @@
-//! Posting one RMA operation (the queue of those the provider refused for now is
-//! `crate::retry`).
+//! Posting the operations of one transfer: RMA (one per block) and a notification's send
+//! (`crate::notify`), in order, those the provider refused for now queued for the retry
+//! thread (`crate::retry`).
 
 use std::ffi::c_void;
+use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use libfabric_sys::*;
 
 use crate::completion::{OpContext, Outstanding, Transfer};
-use crate::errors;
+use crate::errors::{self, EAGAIN};
+use crate::fabric::Fabric;
+use crate::link::Link;
 
-/// One RMA operation of a transfer: one block.
+/// What one operation does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Verb {
+    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE`.
+    Write,
+    /// `fi_readmsg`.
+    Read,
+    /// `fi_sendmsg` of the transfer's payload with `FI_DELIVERY_COMPLETE`.
+    Send,
+}
+
+impl From<Op> for Verb {
+    fn from(op: Op) -> Self {
+        match op {
+            Op::Write => Verb::Write,
+            Op::Read => Verb::Read,
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Verb::Write => "WRITE",
+            Verb::Read => "READ",
+            Verb::Send => "a notification",
+        })
+    }
+}
+
+/// One operation of a transfer: one block's RMA, or the send of the transfer's payload.
 #[derive(Clone, Copy)]
 pub(crate) struct RmaOp {
-    pub(crate) op: Op,
-    /// The local block.
+    pub(crate) op: Verb,
+    /// The local block (unused by a send, which reads [`Transfer::payload`]).
     pub(crate) local: *mut u8,
     pub(crate) len: usize,
     /// The remote block, as the provider addresses it (virtual address or offset).
@@ -36,7 +71,8 @@ unsafe impl Send for RmaOp {}
 /// `ep` is a live endpoint whose address vector holds `addr`; `desc` is the local
 /// registration's descriptor; `op.local` lies in the registered region for `op.len` bytes,
 /// which stays valid until the transfer is released; the remote range lies inside the peer's
-/// registered region.
+/// registered region. A send needs no local descriptor (the backend carries notifications
+/// only where the provider does not require `FI_MR_LOCAL`).
 pub(crate) unsafe fn post_one(
     (ep, outstanding): (*mut fid_ep, &Arc<Outstanding>),
     addr: fi_addr_t,
@@ -44,34 +80,56 @@ pub(crate) unsafe fn post_one(
     op: &RmaOp,
     transfer: &Arc<Transfer>,
 ) -> isize {
-    let iov = iovec {
-        iov_base: op.local.cast(),
-        iov_len: op.len,
-    };
-    let mut desc = [desc];
-    let rma = fi_rma_iov {
-        addr: op.remote,
-        len: op.len,
-        key: op.key,
-    };
     let context = OpContext::new(transfer.clone(), outstanding);
-    let msg = fi_msg_rma {
-        msg_iov: &iov,
-        desc: desc.as_mut_ptr(),
-        iov_count: 1,
-        addr,
-        rma_iov: &rma,
-        rma_iov_count: 1,
-        context: context.cast::<c_void>(),
-        data: 0,
-    };
     transfer.op_posting();
-    // SAFETY: per this function's contract; `msg` and what it points to live through the call
-    // (the provider copies them).
-    let ret = unsafe {
-        match op.op {
-            Op::Write => fi_writemsg(ep, &msg, (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64),
-            Op::Read => fi_readmsg(ep, &msg, FI_COMPLETION as u64),
+    let delivery = (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64;
+    let ret = if op.op == Verb::Send {
+        let payload = transfer.payload();
+        let iov = iovec {
+            iov_base: payload.as_ptr().cast_mut().cast(),
+            iov_len: payload.len(),
+        };
+        let mut desc = [std::ptr::null_mut::<c_void>()];
+        let msg = fi_msg {
+            msg_iov: &iov,
+            desc: desc.as_mut_ptr(),
+            iov_count: 1,
+            addr,
+            context: context.cast::<c_void>(),
+            data: 0,
+        };
+        // SAFETY: per this function's contract; the payload is owned by the transfer, which
+        // the context keeps alive until the provider completed the send (or its endpoint
+        // closed); the provider only reads it. `msg` lives through the call.
+        unsafe { fi_sendmsg(ep, &msg, delivery) }
+    } else {
+        let iov = iovec {
+            iov_base: op.local.cast(),
+            iov_len: op.len,
+        };
+        let mut desc = [desc];
+        let rma = fi_rma_iov {
+            addr: op.remote,
+            len: op.len,
+            key: op.key,
+        };
+        let msg = fi_msg_rma {
+            msg_iov: &iov,
+            desc: desc.as_mut_ptr(),
+            iov_count: 1,
+            addr,
+            rma_iov: &rma,
+            rma_iov_count: 1,
+            context: context.cast::<c_void>(),
+            data: 0,
+        };
+        // SAFETY: per this function's contract; `msg` and what it points to live through the
+        // call (the provider copies them).
+        unsafe {
+            match op.op {
+                Verb::Read => fi_readmsg(ep, &msg, FI_COMPLETION as u64),
+                _ => fi_writemsg(ep, &msg, delivery),
+            }
         }
     };
     if ret != 0 {
@@ -82,8 +140,63 @@ pub(crate) unsafe fn post_one(
     ret
 }
 
+/// Posts `ops` of `transfer` to `link`, in order, behind what is queued for it already; what
+/// the provider refuses for now is queued for the retry thread. `Err` only when the first
+/// operation is refused outright (nothing was posted); a later refusal fails the transfer
+/// once its earlier operations completed.
+///
+/// # Safety
+///
+/// As for [`post_one`], for every operation of `ops`.
+pub(crate) unsafe fn submit(
+    fabric: &Fabric,
+    link: &Arc<Link>,
+    transfer: &Arc<Transfer>,
+    mut ops: Vec<RmaOp>,
+) -> Result<(), BackendError> {
+    // Held until every operation is posted or queued: a cut waits for it.
+    let held = link.hold()?;
+    let ep = held.ep_or((fabric.ep, &fabric.outstanding));
+    // Behind operations already queued for this peer, in order.
+    let mut queue_from = (link.queued.load(Ordering::Acquire) > 0).then_some(0);
+    if queue_from.is_none() {
+        for (i, rma) in ops.iter().enumerate() {
+            // SAFETY: per this function's contract; the link holds its address-vector entry.
+            let ret = unsafe { post_one(ep, link.addr, fabric.desc, rma, transfer) };
+            if ret == EAGAIN {
+                queue_from = Some(i);
+                break;
+            }
+            if ret != 0 {
+                if i == 0 {
+                    return Err(errors::error(&format!("posting {}", rma.op), ret));
+                }
+                // Earlier operations are in flight: they finish, then the transfer reports this.
+                transfer.cell.note_failure(refused(rma.op, ret));
+                break;
+            }
+        }
+    }
+    held.track(transfer);
+    match queue_from {
+        // The provider refused more for now: the retry thread posts the rest (`crate::retry`).
+        Some(i) => {
+            let rest = ops.split_off(i);
+            tracing::trace!(queued = rest.len(), "libfabric post queued for retry");
+            fabric.retries.push(link, transfer, rest);
+        }
+        None => transfer.all_posted(),
+    }
+    drop(held);
+    if queue_from.is_some() {
+        fabric.retries.kick();
+    }
+    fabric.kick();
+    Ok(())
+}
+
 /// The failure of a post libfabric refused with `ret` (not `FI_EAGAIN`).
-pub(crate) fn refused(op: Op, ret: isize) -> FailureReason {
+pub(crate) fn refused(op: Verb, ret: isize) -> FailureReason {
     let e = errors::error(&format!("posting {op}"), ret);
     as_reason(&e)
 }

@@ -1,12 +1,12 @@
 //! The libfabric resources of one backend (fabric, domain, RDM endpoint, completion queue,
-//! address vector, the region's registration), the completion dispatch and the progress
-//! thread.
+//! address vector, the region's registration, the notification receive buffers), the
+//! completion dispatch and the progress thread.
 
 use std::ffi::c_void;
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwire_core::kit::ProgressThread;
+use blockwire_core::kit::{Inbox, ProgressThread};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
@@ -14,6 +14,8 @@ use crate::completion::Outstanding;
 use crate::cq::PeerQueues;
 use crate::errors::error;
 use crate::local;
+use crate::notify::Carrier;
+use crate::recv::RecvPool;
 use crate::retry::Retries;
 
 mod open;
@@ -32,6 +34,8 @@ pub(crate) struct Settings {
     pub(crate) endpoint_per_peer: Option<bool>,
     /// How long refused posts are retried (half the transport's stall timeout, `crate::retry`).
     pub(crate) give_up_after: Duration,
+    /// Where arriving notifications go (`crate::recv`).
+    pub(crate) inbox: Inbox,
 }
 
 struct RawFabric(*mut fid_fabric);
@@ -74,6 +78,11 @@ pub(crate) struct Fabric {
     /// The completion queues of the peers' own endpoints, read by the progress thread too.
     /// Set once the backend's queue is open.
     pub(crate) peer_queues: Arc<PeerQueues>,
+    /// How notifications are carried, or `None` where the provider cannot (`crate::notify`).
+    pub(crate) carrier: Option<Carrier>,
+    /// The receive buffers posted on `ep` (with a carrier). Dropped only after `ep` is
+    /// closed, or leaked when it must stay open.
+    recv: Option<Arc<RecvPool>>,
 }
 
 // SAFETY: the domain is opened with FI_THREAD_SAFE, so every call on these objects may come
@@ -123,6 +132,10 @@ impl Fabric {
             return;
         }
         let shm = self.provider == "shm";
+        // Nothing arriving from now on reaches the inbox.
+        if let Some(recv) = &self.recv {
+            recv.close();
+        }
         let wedged = self.stop_retries();
         // First: this endpoint's progress serves peers' commands by writing into their
         // regions, which a peer endpoint of this process unmaps when it closes (below).
@@ -188,7 +201,9 @@ impl Drop for Fabric {
             local::unregister(&self.name);
         }
         if wedged {
-            // The stuck post uses the endpoint and what it is bound to: none of it is closed.
+            // The stuck post uses the endpoint and what it is bound to: none of it is closed,
+            // and the receive buffers posted on it stay allocated.
+            std::mem::forget(self.recv.take());
             return;
         }
         let (mr_closed, ep_closed) = self
@@ -212,8 +227,10 @@ impl Drop for Fabric {
             if !self.cq.is_null() {
                 close("closing the completion queue", &mut (*self.cq).fid);
             }
-            // The endpoint and its queue are closed: what it never completed, it never will.
+            // The endpoint and its queue are closed: what it never completed, it never will,
+            // and its receive buffers are the provider's no more.
             self.outstanding.abandon();
+            drop(self.recv.take());
             if !self.domain.is_null() {
                 close("closing the domain", &mut (*self.domain).fid);
             }

@@ -12,9 +12,11 @@ use parking_lot::Mutex;
 
 use super::{Fabric, RawFabric, Settings};
 use crate::completion::Outstanding;
-use crate::cq::{PeerQueues, Raw, poll_cq};
+use crate::cq::{PeerQueues, Raw, poll_main};
 use crate::errors::{check, error};
 use crate::local;
+use crate::notify::Carrier;
+use crate::recv::RecvPool;
 use crate::retry::{MainPost, Retries};
 
 impl Fabric {
@@ -22,7 +24,11 @@ impl Fabric {
     /// closes what was opened.
     pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Fabric>, BackendError> {
         let mut f = Fabric::unopened(settings);
-        f.info = get_info(settings)?;
+        // With messages (notifications) where the provider has them, else RMA alone.
+        f.info = get_info(settings, true).or_else(|with_msg| {
+            tracing::debug!(error = %with_msg, "no FI_MSG: notifications are not carried");
+            get_info(settings, false)
+        })?;
         // SAFETY: `f.info` is the list `fi_getinfo` returned, freed by `f`'s Drop; each step
         // gets the live objects the steps before it opened and stores what it opens in `f`.
         unsafe {
@@ -30,6 +36,10 @@ impl Fabric {
             f.describe();
             f.open_endpoint(settings)?;
             f.register(span)?;
+            f.post_receives(settings);
+            if let Some(recv) = &f.recv {
+                recv.post_all()?;
+            }
         }
         f.endpoint_per_peer = f.choose_endpoint_per_peer(settings)?;
         f.start_threads(settings)?;
@@ -65,6 +75,8 @@ impl Fabric {
             mr_endpoint: false,
             endpoint_per_peer: false,
             peer_queues: Arc::new(PeerQueues::empty()),
+            carrier: None,
+            recv: None,
         }
     }
 
@@ -84,6 +96,7 @@ impl Fabric {
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
             self.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
             self.mr_endpoint = mr_mode & FI_MR_ENDPOINT != 0;
+            self.carrier = Carrier::of(info, &self.provider);
             let named = [
                 (FI_MR_LOCAL, "FI_MR_LOCAL"),
                 (FI_MR_VIRT_ADDR, "FI_MR_VIRT_ADDR"),
@@ -103,12 +116,14 @@ impl Fabric {
                 _ => "unspecified",
             };
             self.attributes = format!(
-                "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}",
+                "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}, \
+                 notifications {}",
                 self.provider,
                 CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy(),
                 flags.join(" "),
                 progress((*(*info).domain_attr).data_progress),
                 progress((*(*info).domain_attr).control_progress),
+                Carrier::describe(self.carrier),
             );
         }
     }
@@ -177,7 +192,8 @@ impl Fabric {
     /// `self.domain` is live and no queue is open yet.
     unsafe fn open_completion_queue(&mut self, wait: bool) -> Result<(), BackendError> {
         let mut cq_attr = fi_cq_attr {
-            format: FI_CQ_FORMAT_CONTEXT,
+            // With the length: a receive's completion says how long its frame is.
+            format: FI_CQ_FORMAT_MSG,
             size: 4096,
             // A file descriptor: the progress thread waits on it with those of the peers'
             // own queues (`crate::cq`).
@@ -235,6 +251,14 @@ impl Fabric {
         Ok(())
     }
 
+    /// Allocates the notification receive buffers of the endpoint, where the provider carries
+    /// notifications (`crate::recv`); [`RecvPool::post_all`] posts them.
+    fn post_receives(&mut self, settings: &Settings) {
+        if self.carrier.is_some() {
+            self.recv = Some(Arc::new(RecvPool::new(self.ep, settings.inbox.clone())));
+        }
+    }
+
     /// Whether each peer gets an endpoint of its own: as asked, where the provider allows it
     /// (not with registrations bound to an endpoint), and by default wherever it does.
     fn choose_endpoint_per_peer(&self, settings: &Settings) -> Result<bool, BackendError> {
@@ -256,6 +280,7 @@ impl Fabric {
     /// the retry thread.
     fn start_threads(&mut self, settings: &Settings) -> Result<(), BackendError> {
         let cq = Raw(self.cq);
+        let recv = self.recv.clone();
         let peers = self.peer_queues.clone();
         let retries = self.retries.clone();
         let thread = if self.waitable {
@@ -266,9 +291,10 @@ impl Fabric {
                 move || {
                     let (cq, fabric) = (&cq, &fabric);
                     let busy = !retries.is_empty();
-                    // SAFETY: the fabric and queue outlive this thread: `Fabric::revoke` and
-                    // `Fabric::drop` stop and join it first; the queues wait (`waitable`).
-                    unsafe { peers.wait(fabric.0, cq.0, busy) };
+                    // SAFETY: the fabric, queue and endpoint outlive this thread:
+                    // `Fabric::revoke` and `Fabric::drop` stop and join it first; the queues
+                    // wait (`waitable`); the backend's queue has the msg format.
+                    unsafe { peers.wait(fabric.0, cq.0, recv.as_deref(), busy) };
                     retries.watch();
                 },
                 move || {
@@ -280,9 +306,9 @@ impl Fabric {
         } else {
             ProgressThread::spawn("ofi", settings.idle_sleep, move || {
                 let cq = &cq;
-                // SAFETY: the queue outlives this thread: `Fabric::revoke` and `Fabric::drop`
-                // stop and join it first.
-                let n = unsafe { poll_cq(cq.0) + peers.poll() };
+                // SAFETY: the queue and endpoint outlive this thread: `Fabric::revoke` and
+                // `Fabric::drop` stop and join it first; the backend's queue has the msg format.
+                let n = unsafe { poll_main(cq.0, recv.as_deref()) + peers.poll() };
                 retries.watch();
                 n
             })
@@ -308,9 +334,9 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
     Ok(dup)
 }
 
-/// Asks `fi_getinfo` for RDM endpoints with RMA and delivery completion from the provider
-/// (and domain) the settings name.
-fn get_info(settings: &Settings) -> Result<*mut fi_info, BackendError> {
+/// Asks `fi_getinfo` for RDM endpoints with RMA (and messages, with `msg`) and delivery
+/// completion from the provider (and domain) the settings name.
+fn get_info(settings: &Settings, msg: bool) -> Result<*mut fi_info, BackendError> {
     // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
     let hints = unsafe { fi_allocinfo() };
     if hints.is_null() {
@@ -322,6 +348,9 @@ fn get_info(settings: &Settings) -> Result<*mut fi_info, BackendError> {
         // are strdup'ed, so fi_freeinfo may free them.
         unsafe {
             (*hints).caps = (FI_RMA | FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+            if msg {
+                (*hints).caps |= (FI_MSG | FI_SEND | FI_RECV) as u64;
+            }
             (*hints).mode = FI_CONTEXT | FI_CONTEXT2;
             (*(*hints).ep_attr).type_ = FI_EP_RDM;
             (*(*hints).domain_attr).mr_mode =
