@@ -45,6 +45,13 @@ pub mod model;
     feature = "libfabric",
     feature = "nixl"
 ))]
+pub mod notify_across;
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 pub mod peer;
 mod support;
 #[cfg(any(
