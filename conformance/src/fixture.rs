@@ -35,6 +35,8 @@ pub struct Spec {
     pub clock: Option<Arc<dyn Clock>>,
     /// `TransportOptions::notification_capacity`; `None`: the default.
     pub notification_capacity: Option<usize>,
+    /// `TransportOptions::telemetry`.
+    pub telemetry: bool,
 }
 
 impl Spec {
@@ -53,6 +55,7 @@ impl Spec {
             max_consecutive_failures: blockwire::DEFAULT_MAX_CONSECUTIVE_FAILURES,
             clock: None,
             notification_capacity: None,
+            telemetry: false,
         }
     }
 
@@ -111,6 +114,16 @@ impl Spec {
         self
     }
 
+    /// With telemetry on (`TransportOptions::telemetry`).
+    ///
+    /// ```
+    /// assert!(blockwire_conformance::Spec::new(1, 64).with_telemetry(true).telemetry);
+    /// ```
+    pub fn with_telemetry(mut self, on: bool) -> Self {
+        self.telemetry = on;
+        self
+    }
+
     /// With the stall watchdog reading `clock` (a [`blockwire::ManualClock`] lets a case
     /// advance it instead of sleeping).
     ///
@@ -142,6 +155,7 @@ impl Spec {
             .with_stall_timeout(self.stall_timeout)
             .with_max_consecutive_failures(self.max_consecutive_failures)
             .with_backend_options(backend);
+        let options = options.with_telemetry(self.telemetry);
         let options = match self.notification_capacity {
             Some(capacity) => options.with_notification_capacity(capacity),
             None => options,

@@ -13,6 +13,7 @@ mod polling;
 mod registration;
 mod remove;
 mod target;
+mod telemetry;
 mod validation;
 
 use crate::{Case, Fixture, Needs};
@@ -152,6 +153,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(notifications::undelivered_notification_fails, NOTIFY_FAULTS),
         case!(notifications::closed_target_discards_and_refuses, NOTIFY),
         case!(notifications::full_inbox_counts_drops, NOTIFY),
+        case!(telemetry::records_and_counters, PLAIN),
     ]
 }
 
