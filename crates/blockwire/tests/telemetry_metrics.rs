@@ -7,9 +7,10 @@ use blockwire::telemetry::names;
 use blockwire::{PeerId, Region, Transport, TransportOptions, open};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 
-fn one_write_and_one_notification(
-    telemetry: bool,
-) -> Vec<(String, Vec<(String, String)>, DebugValue)> {
+/// A metric as the recorder saw it: name, labels, value.
+type Seen = (String, Vec<(String, String)>, DebugValue);
+
+fn one_write_and_one_notification(telemetry: bool) -> Vec<Seen> {
     let recorder = DebuggingRecorder::new();
     let snapshotter = recorder.snapshotter();
     metrics::with_local_recorder(&recorder, || {
