@@ -2,11 +2,11 @@
 //! frames arrive (`crate::notify`), and the hand-off of each to the transport's inbox.
 //!
 //! [`SLOTS`] buffers of [`BUF_LEN`] bytes each (about 270 KiB per backend, whatever the number
-//! of peers), posted with `fi_recv` when the backend opens and posted again as soon as the
-//! progress thread has handed a completed one's bytes to the inbox. A message that arrives
-//! while every buffer is taken waits in the provider's unexpected queue (both `shm` and
-//! `ofi_rxm` keep one) until a buffer is posted again, so a burst beyond [`SLOTS`] is slower,
-//! not lost.
+//! of peers, allocated zeroed: a page becomes resident only once a frame arrives in it),
+//! posted with `fi_recv` when the backend opens and posted again as soon as the progress
+//! thread has handed a completed one's bytes to the inbox. A message that arrives while every
+//! buffer is taken waits in the provider's unexpected queue (both `shm` and `ofi_rxm` keep
+//! one) until a buffer is posted again, so a burst beyond [`SLOTS`] is slower, not lost.
 //!
 //! Each buffer is owned by the provider while posted, and by the one thread that read its
 //! completion from the queue until it is posted again. The buffers stay allocated until the
@@ -15,6 +15,7 @@
 
 use std::cell::UnsafeCell;
 use std::ffi::c_void;
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use blockwire_core::kit::Inbox;
@@ -35,17 +36,14 @@ pub(crate) const MAX_FRAME: usize = 4 + 1 + MAX_NAME_LEN + 4 + MAX_NOTIFICATION_
 /// as a frame too long (malformed), not cut to a valid one.
 const BUF_LEN: usize = MAX_FRAME + 1;
 
-/// One receive buffer: libfabric's scratch space first (`FI_CONTEXT2`; its address is the
-/// receive's context), then the bytes.
-#[repr(C)]
-struct Slot {
-    fi: fi_context2,
-    buf: [u8; BUF_LEN],
-}
-
 /// The posted receive buffers of the backend's receiving endpoint.
 pub(crate) struct RecvPool {
-    slots: Box<[UnsafeCell<Slot>]>,
+    /// Each slot's receive context (libfabric's scratch space, `FI_CONTEXT2`): its address
+    /// names the slot in a completion.
+    contexts: Box<[UnsafeCell<fi_context2>]>,
+    /// [`SLOTS`] buffers of [`BUF_LEN`] bytes, slot `i`'s at `i * BUF_LEN`: a boxed slice
+    /// owned through this pointer (freed by `Drop`), written by the provider while posted.
+    buffers: NonNull<[u8]>,
     ep: *mut fid_ep,
     inbox: Inbox,
     /// Set by [`RecvPool::close`]: nothing more is delivered or posted.
@@ -67,16 +65,14 @@ impl RecvPool {
     /// Allocates the buffers of `ep`, whose arriving frames go to `inbox`; nothing is posted
     /// yet ([`RecvPool::post_all`]).
     pub(crate) fn new(ep: *mut fid_ep, inbox: Inbox) -> Self {
-        let slots = (0..SLOTS)
-            .map(|_| {
-                UnsafeCell::new(Slot {
-                    fi: fi_context2::default(),
-                    buf: [0; BUF_LEN],
-                })
-            })
+        let contexts = (0..SLOTS)
+            .map(|_| UnsafeCell::new(fi_context2::default()))
             .collect();
+        // Zeroed (calloc): untouched pages stay out of resident memory.
+        let buffers = NonNull::from(Box::leak(vec![0u8; SLOTS * BUF_LEN].into_boxed_slice()));
         RecvPool {
-            slots,
+            contexts,
+            buffers,
             ep,
             inbox,
             closed: AtomicBool::new(false),
@@ -114,17 +110,16 @@ impl RecvPool {
     /// The slot is not posted (it was just completed, or never posted) and the endpoint is
     /// open.
     unsafe fn post(&self, index: usize) -> isize {
-        let slot = self.slots[index].get();
-        // SAFETY: a slot of this pool, not posted: nobody else accesses it. The buffer stays
-        // valid until the endpoint closes (this type's contract).
+        // SAFETY: a slot of this pool, not posted: nobody else accesses its buffer or
+        // context. Both stay valid until the endpoint closes (this type's contract).
         let ret = unsafe {
             fi_recv(
                 self.ep,
-                std::ptr::addr_of_mut!((*slot).buf).cast::<c_void>(),
+                self.buffer(index).cast::<c_void>(),
                 BUF_LEN,
                 std::ptr::null_mut(),
                 FI_ADDR_UNSPEC,
-                slot.cast::<c_void>(),
+                self.contexts[index].get().cast::<c_void>(),
             )
         };
         if ret == EAGAIN {
@@ -133,10 +128,17 @@ impl RecvPool {
         ret
     }
 
+    /// Slot `index`'s buffer (`index` < [`SLOTS`]).
+    fn buffer(&self, index: usize) -> *mut u8 {
+        debug_assert!(index < SLOTS);
+        // SAFETY: inside the allocation of `SLOTS * BUF_LEN` bytes.
+        unsafe { self.buffers.cast::<u8>().as_ptr().add(index * BUF_LEN) }
+    }
+
     /// The slot whose receive has `context`, or `None` (an operation's context).
     pub(crate) fn slot_of(&self, context: *mut c_void) -> Option<usize> {
-        let size = std::mem::size_of::<UnsafeCell<Slot>>();
-        let offset = (context as usize).checked_sub(self.slots.as_ptr() as usize)?;
+        let size = std::mem::size_of::<UnsafeCell<fi_context2>>();
+        let offset = (context as usize).checked_sub(self.contexts.as_ptr() as usize)?;
         (offset % size == 0 && offset / size < SLOTS).then_some(offset / size)
     }
 
@@ -150,15 +152,9 @@ impl RecvPool {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        let slot = self.slots[index].get();
-        // SAFETY: the provider completed this receive, so it no longer writes the slot, and
-        // this thread, which read the completion, owns it until it posts it again below.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(
-                std::ptr::addr_of!((*slot).buf).cast::<u8>(),
-                len.min(BUF_LEN),
-            )
-        };
+        // SAFETY: the provider completed this receive, so it no longer writes the buffer,
+        // and this thread, which read the completion, owns it until it posts it again below.
+        let bytes = unsafe { std::slice::from_raw_parts(self.buffer(index), len.min(BUF_LEN)) };
         let delivery = self.inbox.deliver_frame(bytes);
         tracing::trace!(len, ?delivery, "libfabric notification received");
         // SAFETY: completed and not posted; the endpoint is open while the pool is not closed.
@@ -226,5 +222,13 @@ impl RecvPool {
     /// closes.
     pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
+    }
+}
+
+impl Drop for RecvPool {
+    fn drop(&mut self) {
+        // SAFETY: the boxed slice `new` leaked, freed once; no buffer is posted any more (the
+        // pool is dropped only after its endpoint closed).
+        drop(unsafe { Box::from_raw(self.buffers.as_ptr()) });
     }
 }

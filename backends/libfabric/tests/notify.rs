@@ -16,15 +16,20 @@ use blockwire_libfabric::OfiBackend;
 const BLOCKS: u32 = 2;
 const BLOCK_LEN: usize = 4096;
 
-fn settings() -> [(&'static str, BackendOptions); 2] {
+/// The suite's two settings, and each with posts through the receiving endpoint (its queue
+/// then holds send and receive completions together).
+fn settings() -> [(&'static str, BackendOptions); 4] {
+    let tcp = || {
+        BackendOptions::new()
+            .with("provider", "tcp")
+            .with("domain", "lo")
+    };
+    let shm = || BackendOptions::new().with("provider", "shm");
     [
-        (
-            "tcp",
-            BackendOptions::new()
-                .with("provider", "tcp")
-                .with("domain", "lo"),
-        ),
-        ("shm", BackendOptions::new().with("provider", "shm")),
+        ("tcp", tcp()),
+        ("shm", shm()),
+        ("tcp-shared", tcp().with("endpoint_per_peer", "false")),
+        ("shm-shared", shm().with("endpoint_per_peer", "false")),
     ]
 }
 
