@@ -3,8 +3,10 @@
 //! - **Agent**: one NIXL agent per transport, with the `UCX` backend plugin by default (option
 //!   `backend`), named after the transport (`BackendOptions::name`, the transport's name): the
 //!   sender NIXL reports with each notification is that name. A backend opened without a
-//!   transport gets `blockwire-<pid>-<n>`. The whole region is registered once, as DRAM, and a
-//!   local descriptor list of one descriptor per block is prepared once.
+//!   transport gets `blockwire-<pid>-<n>` (so does a transport named `blockwire`, the name a
+//!   backend opened without a transport is told: its notifications then come from that name).
+//!   The whole region is registered once, as DRAM, and a local descriptor list of one
+//!   descriptor per block is prepared once.
 //! - **Descriptor**: carries the agent's name, the region the agent registered and the
 //!   agent's metadata. Connecting checks the region against the descriptor's, loads the
 //!   metadata (`load_remote_md`) and prepares the peer's descriptor list, one descriptor per
@@ -46,29 +48,32 @@
 //! of the transport (`poll_notifications`), so a drain sees at once what arrived. NIXL's
 //! `getNotifs` takes every sender's notifications at once: they all go into the inbox, which
 //! keeps them by sender. Measured: NIXL (its UCX plugin, with its progress thread) keeps what
-//! arrives until `getNotifs` takes it (10,000 from two senders to a target that drained once,
-//! after two seconds: all there, each sender's in order), and a target receives from a peer it
-//! never added: NIXL's message names its sender, and the target needs no metadata of it.
+//! arrives until `getNotifs` takes it (10,000 from two senders to an agent that drained once,
+//! after two seconds: all there, each sender's in order).
 //!
 //! **Delivered.** `genNotif` has no completion handle: its success means NIXL's UCX plugin
 //! handed the message to UCX (an eager active message that may still be on its way; measured,
 //! in one process the message was at the target when `genNotif` returned in 58 of 200 tries,
-//! and up to 42 ms later). So `notify` also posts a one-byte READ of the peer's block 0 into a
-//! scratch byte, on the same connection, after the message, and the notification's transfer
-//! is done when that READ is: the peer's agent then was alive and had served this connection
-//! after the message. UCX serves a connection's operations in order, so the message was in the
-//! target's NIXL by then (measured: right after the READ, the target's `getNotifs` held it in
-//! 2,000 of 2,000 tries in one process and 1,000 of 1,000 across two, with UCX's default
-//! transports and with `UCX_TLS=tcp`; without the READ it was missing in 140 of 500 across
-//! two). It is as far as NIXL lets us tell; it is not an acknowledgement by the target's
-//! blockwire.
+//! and up to 42 ms later; across processes it was still missing after a pipe round trip in 29
+//! to 374 of 1,000). So `notify` also posts a one-byte READ of the peer's block 0 into a
+//! scratch byte of its own, on the same connection, after the message, and the notification's
+//! transfer is done when that READ is: the peer's agent was then alive and had served this
+//! connection after the message. Here UCX served the READ after the message, so the message
+//! was in the target's NIXL by then (UCX does not promise an order between an active message
+//! and a READ in general; on one lane it keeps it): measured, right after the READ the
+//! target's `getNotifs` held it in every try (2,000 of 2,000 in one process and 2,500 of 2,500 across two, each
+//! with UCX's default transports and with `UCX_TLS=tcp`; the crate's `notifications` test
+//! checks it with one drain right after done). That is as far as NIXL lets a sender tell; it
+//! is not an acknowledgement by the target's blockwire. The target need not know the sender:
+//! NIXL's message names its sender, and receiving needs none of its metadata.
 //!
-//! **Failures and close.** `genNotif` to an agent that is gone fails at once (NIXL reports a
-//! remote disconnect, measured for a transport closed in this process and for a killed
-//! process), as does the READ: `notify` fails or its transfer fails, and the transport reports
-//! the notification undelivered. At close (`revoke`) the receiving thread is stopped and
-//! joined before the agent is destroyed: nothing more reaches the inbox (which the transport
-//! has closed too), and senders' `genNotif` to this agent fail.
+//! **Failures and close.** `genNotif` to an agent that is gone fails (NIXL reports a remote
+//! disconnect; measured for a transport closed in this process and for a killed process),
+//! and so does the READ; one to an agent closed a moment ago may still return success before
+//! UCX noticed (seen in the suite), and then the READ fails. Either way the notification is
+//! not reported delivered: `notify` fails, or its transfer does. At close (`revoke`) the
+//! receiving thread is stopped and joined before the agent is destroyed: nothing more reaches
+//! the inbox (which the transport has closed too), and senders' `genNotif` to this agent fail.
 //!
 //! A message NIXL hands over from a sender whose name no blockwire transport could have (empty,
 //! longer than 128 bytes, control characters, not UTF-8), or longer than 4096 bytes, is
