@@ -33,7 +33,33 @@ pub struct Args {
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
-    /// A short run for CI: two sizes, short measurements, smaller regions.
+    /// What to measure: throughput (the sweep), registration (`add_remote_peer`), notify (the
+    /// cost of a notification), telemetry (the overhead of telemetry on).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "throughput,registration,notify,telemetry"
+    )]
+    pub measures: Vec<String>,
+    /// Notification cost: pairs of one plain and one notified transfer, depth 1, per operation
+    /// [default: 2000; --quick: 200]. Their done-latencies come from telemetry's records.
+    #[arg(long)]
+    pub notify_iters: Option<usize>,
+    /// Block size of the notification-cost transfers, KiB (blocks per transfer: `--batch`).
+    #[arg(long, default_value_t = 64)]
+    pub notify_kib: usize,
+    /// Telemetry overhead: rounds of the same throughput point with telemetry off, then on
+    /// (the next round on, then off), the best of each kept [default: 3; --quick: 2].
+    #[arg(long)]
+    pub telemetry_rounds: Option<usize>,
+    /// Block size of the telemetry-overhead point, KiB (with `--batch` and `--depth`).
+    #[arg(long, default_value_t = 64)]
+    pub telemetry_kib: usize,
+    /// Seconds of each telemetry-overhead measurement [default: --duration; --quick: 0.1].
+    #[arg(long)]
+    pub telemetry_duration: Option<f64>,
+    /// A short run for CI: two sizes, short measurements, smaller regions, fewer
+    /// notification-cost pairs and telemetry rounds.
     #[arg(long)]
     pub quick: bool,
     /// Put the remote peer in a spawned process (this binary, serving one transport) instead
@@ -66,6 +92,23 @@ impl Args {
             self.duration = 0.3;
             self.region_mib = 64;
         }
+        let quick = self.quick;
+        self.notify_iters
+            .get_or_insert(if quick { 200 } else { 2000 });
+        self.telemetry_rounds
+            .get_or_insert(if quick { 2 } else { 3 });
+        let duration = self.duration;
+        self.telemetry_duration
+            .get_or_insert(if quick { 0.1 } else { duration });
+    }
+
+    /// Whether `what` (`throughput`, `registration`, `notify`, `telemetry`) is to be measured.
+    pub(crate) fn measures(&self, what: &str) -> Res<bool> {
+        const KNOWN: [&str; 4] = ["throughput", "registration", "notify", "telemetry"];
+        if let Some(bad) = self.measures.iter().find(|m| !KNOWN.contains(&m.as_str())) {
+            return Err(format!("unknown measure {bad:?} ({})", KNOWN.join(", ")).into());
+        }
+        Ok(self.measures.iter().any(|m| m == what))
     }
 
     /// The operations asked for.
@@ -116,7 +159,20 @@ impl Args {
             format!("--depth={}", self.depth),
             format!("--duration={}", self.duration),
             format!("--region-mib={}", self.region_mib),
+            format!("--measures={}", self.measures.join(",")),
+            format!("--notify-kib={}", self.notify_kib),
+            format!("--telemetry-kib={}", self.telemetry_kib),
         ];
+        // Settled (`--quick` applied), so that the other binary runs the same counts.
+        if let Some(n) = self.notify_iters {
+            v.push(format!("--notify-iters={n}"));
+        }
+        if let Some(n) = self.telemetry_rounds {
+            v.push(format!("--telemetry-rounds={n}"));
+        }
+        if let Some(d) = self.telemetry_duration {
+            v.push(format!("--telemetry-duration={d}"));
+        }
         v.extend(self.opts.iter().map(|o| format!("--opt={o}")));
         if self.allocate {
             v.push("--allocate".into());
@@ -125,5 +181,53 @@ impl Args {
             v.push("--cross-process".into());
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::test_args;
+
+    #[test]
+    fn quick_settles_the_cost_counts_and_forwards_them() {
+        let args = test_args(&["--quick"]);
+        assert_eq!(args.notify_iters, Some(200));
+        assert_eq!(args.telemetry_rounds, Some(2));
+        assert_eq!(args.telemetry_duration, Some(0.1));
+        let fwd = args.forwarded("nixl");
+        for flag in [
+            "--notify-iters=200",
+            "--telemetry-rounds=2",
+            "--telemetry-duration=0.1",
+            "--measures=throughput,registration,notify,telemetry",
+        ] {
+            assert!(fwd.iter().any(|f| f == flag), "{flag} not in {fwd:?}");
+        }
+        // Forwarded without `--quick`, the other binary settles to the same counts.
+        let mut child: Vec<&str> = fwd.iter().map(String::as_str).collect();
+        child.retain(|f| !f.starts_with("--backends"));
+        let again = test_args(&child);
+        assert_eq!(again.notify_iters, Some(200));
+        assert_eq!(again.telemetry_duration, Some(0.1));
+    }
+
+    #[test]
+    fn explicit_counts_win_over_quick_and_defaults_follow_duration() {
+        let args = test_args(&["--quick", "--notify-iters=7", "--telemetry-rounds=1"]);
+        assert_eq!(
+            (args.notify_iters, args.telemetry_rounds),
+            (Some(7), Some(1))
+        );
+        let full = test_args(&["--duration=0.5"]);
+        assert_eq!(full.notify_iters, Some(2000));
+        assert_eq!(full.telemetry_duration, Some(0.5));
+    }
+
+    #[test]
+    fn measures_are_checked() {
+        let args = test_args(&["--measures=notify"]);
+        assert!(args.measures("notify").expect("known"));
+        assert!(!args.measures("throughput").expect("known"));
+        assert!(test_args(&["--measures=nope"]).measures("notify").is_err());
     }
 }

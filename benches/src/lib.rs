@@ -12,6 +12,27 @@
 //! Results also go to `results/run-*/` as JSON and an SVG plot. Ratios measured in one run
 //! are what to compare: these machines are shared and noisy.
 //!
+//! Two more measurements per backend and operation (JSON: `notify` and `telemetry`):
+//!
+//! - **Notification cost** ([`NotifyCost`]): `--notify-iters` pairs of one plain and one
+//!   notified transfer (`write_blocks` against `write_blocks_notify`, `read_blocks` against
+//!   `read_blocks_notify`) of `--batch` blocks of `--notify-kib` KiB (16 x 64 KiB by
+//!   default), at depth 1, alternated (the pair's order too) so that both see the same load.
+//!   Their done-latencies, submit to reported done, come from telemetry's records
+//!   ([`blockwire::PollResult::records`]); the table gives avg, p50 and p99 of each and the
+//!   ratios notified / plain. In one process the target drains its notifications after each
+//!   notified transfer, and the table says how many it drained in all; across processes the
+//!   peer process drains them every millisecond. A backend without
+//!   `Capabilities::notifications` is skipped, with the reason.
+//! - **Telemetry overhead** ([`TelemetryCost`]): the throughput point of `--batch` blocks of
+//!   `--telemetry-kib` KiB at `--depth`, measured by two initiators to the same remote
+//!   transport, one with telemetry off and one on, alternated for `--telemetry-rounds` rounds
+//!   of `--telemetry-duration` seconds; the best of each setting gives the ratios on / off of
+//!   GB/s and of the average (and median) time in the submit call.
+//!
+//! `--measures` picks among `throughput`, `registration`, `notify` and `telemetry` (all by
+//! default, `--quick` included, with fewer pairs and shorter rounds).
+//!
 //! The nixl backend cannot share a process with the system UCX the ucx backend loads, so
 //! `blockwire-bench` runs it in its sibling binary `blockwire-bench-nixl` and merges the
 //! results (building the sibling first when it runs under `cargo run`).
@@ -19,6 +40,7 @@
 //! ```text
 //! cargo run --release -p blockwire-bench                    # shm, full sweep
 //! cargo run --release -p blockwire-bench -- --quick         # under a minute
+//! cargo run --release -p blockwire-bench -- --measures notify,telemetry --cross-process
 //! cargo run --release -p blockwire-bench --all-features     # every backend
 //! ```
 //!
@@ -46,7 +68,10 @@
 
 mod cli;
 mod measure;
+mod notify;
+mod overhead;
 mod peer_process;
+mod remote;
 mod report;
 
 use std::path::Path;
@@ -59,6 +84,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub use cli::Args;
 pub use measure::{Point, Registration, raw_memcpy_gbps};
+pub use notify::NotifyCost;
+pub use overhead::TelemetryCost;
 pub use report::Run;
 
 /// The error type of the bench: anything printable.
@@ -142,13 +169,15 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         args.backends = backends.names();
     }
     let ops = args.ops()?;
+    let (sweep, reg) = (args.measures("throughput")?, args.measures("registration")?);
+    let (notify, telemetry) = (args.measures("notify")?, args.measures("telemetry")?);
     let mut run = Run::new(args.region_mib);
     // A backend that cannot run in this process (NIXL beside the system UCX) runs in the
     // binary that can, if there is one; one that cannot run at all is reported and left out.
     let mut here = Vec::new();
     for backend in &args.backends {
         match backends.open(backend, 1, 4096, args.options(backend)?, args.allocate) {
-            Ok(_) => here.push(backend.clone()),
+            Ok(t) => here.push((backend.clone(), t.capabilities())),
             Err(e) if is_unsupported(&*e) => match backends.elsewhere(backend) {
                 Some(cmd) => run.merge(run_elsewhere(cmd, args, backend)?),
                 None => {
@@ -159,17 +188,19 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
             Err(e) => return Err(e),
         }
     }
-    let total = here.len() * (ops.len() * args.sizes_kib.len() + REGISTRATION_SIZES.len());
-    let bar = ProgressBar::new(total as u64).with_style(
+    let per_backend = usize::from(sweep) * ops.len() * args.sizes_kib.len()
+        + usize::from(reg) * REGISTRATION_SIZES.len()
+        + (usize::from(notify) + usize::from(telemetry)) * ops.len();
+    let bar = ProgressBar::new((here.len() * per_backend) as u64).with_style(
         ProgressStyle::with_template("{bar:40} {pos}/{len} {msg}")
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
     if args.emit_json.is_some() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut ceiling = measure::Ceiling::new(args.region_mib << 20);
-    for backend in &here {
-        for &op in &ops {
+    let mut ceiling = measure::Ceiling::new(if sweep { args.region_mib << 20 } else { 0 });
+    for (backend, caps) in &here {
+        for &op in ops.iter().filter(|_| sweep) {
             for &kib in &args.sizes_kib {
                 bar.set_message(format!("{backend} {op} {kib} KiB"));
                 let point =
@@ -178,7 +209,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
                 bar.inc(1);
             }
         }
-        for blocks in REGISTRATION_SIZES {
+        for blocks in REGISTRATION_SIZES.into_iter().filter(|_| reg) {
             bar.set_message(format!("{backend} add_remote_peer, {blocks} blocks"));
             run.registration.push(Registration {
                 backend: backend.clone(),
@@ -187,6 +218,15 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
             });
             bar.inc(1);
         }
+        costs(
+            backends,
+            args,
+            backend,
+            caps,
+            (notify, telemetry),
+            &bar,
+            &mut run,
+        )?;
     }
     bar.finish_and_clear();
     run.settle();
@@ -198,6 +238,49 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     let dir = report::write(&run, &args.results)?;
     println!("\nresults (JSON and SVG plot): {}", dir.display());
     Ok(())
+}
+
+/// The notification cost (`notify`) and the telemetry overhead (`telemetry`) of `backend`,
+/// for each operation asked for.
+fn costs(
+    backends: &dyn Backends,
+    args: &Args,
+    backend: &str,
+    caps: &blockwire::Capabilities,
+    (notify, telemetry): (bool, bool),
+    bar: &ProgressBar,
+    run: &mut Run,
+) -> Res<()> {
+    let ops = args.ops()?;
+    for &op in ops.iter().filter(|_| notify) {
+        bar.set_message(format!("{backend} {op} notification cost"));
+        match notify::skip_reason(caps, op, args) {
+            Some(why) => skip(bar, run, format!("{backend} {op} notification cost: {why}")),
+            None => run.notify.push(notify::cost(backends, args, backend, op)?),
+        }
+        bar.inc(1);
+    }
+    for &op in ops.iter().filter(|_| telemetry) {
+        bar.set_message(format!("{backend} {op} telemetry overhead"));
+        match measure::skip_reason(caps, op, args) {
+            Some(why) => skip(
+                bar,
+                run,
+                format!("{backend} {op} telemetry overhead: {why}"),
+            ),
+            None => run
+                .telemetry
+                .push(overhead::cost(backends, args, backend, op)?),
+        }
+        bar.inc(1);
+    }
+    Ok(())
+}
+
+/// Leaves a measurement out, saying why (now, and in the run's `skipped`).
+fn skip(bar: &ProgressBar, run: &mut Run, why: String) {
+    bar.println(format!("skipped: {why}"));
+    run.skipped.push(why);
 }
 
 /// Runs `backend` in another binary and reads back what it measured.
@@ -266,4 +349,36 @@ pub fn sibling(name: &str, features: &[&str]) -> Option<std::process::Command> {
         }
     }
     path.exists().then(|| std::process::Command::new(path))
+}
+
+/// What the unit tests open: shm in this process.
+#[cfg(test)]
+pub(crate) struct TestShm;
+
+#[cfg(test)]
+impl Backends for TestShm {
+    fn open(
+        &self,
+        backend: &str,
+        blocks: u32,
+        block: usize,
+        options: TransportOptions,
+        _allocate: bool,
+    ) -> Res<Box<dyn Transport>> {
+        let region = blockwire::Region::new(blocks, block)?;
+        Ok(Box::new(blockwire::open(backend, region, options)?))
+    }
+
+    fn raw_gbps(&self, _backend: &str, _shape: &Shape, _args: &Args) -> Res<Option<f64>> {
+        Ok(None)
+    }
+}
+
+/// Settled arguments for a unit test, from `flags`.
+#[cfg(test)]
+pub(crate) fn test_args(flags: &[&str]) -> Args {
+    let mut args =
+        Args::parse_from(std::iter::once("blockwire-bench").chain(flags.iter().copied()));
+    args.settle();
+    args
 }

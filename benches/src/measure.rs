@@ -2,10 +2,11 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::{Op, PeerId, Region, TransferId, Transport};
+use blockwire::{Capabilities, Op, PeerId, Region, TransferId, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::{Args, Backends, Res, Shape, peer_process::BenchPeer};
+use crate::remote::{PEER, Remote, initiator};
+use crate::{Args, Backends, Res, Shape};
 
 /// The memory ceiling: single-thread `memcpy` over a working set the size of one region,
 /// measured again before every point so that it sees the same machine load as the point.
@@ -80,75 +81,62 @@ pub struct Registration {
     pub median_us: f64,
 }
 
-fn avg_p99(mut v: Vec<f64>) -> (f64, f64) {
-    if v.is_empty() {
-        return (0.0, 0.0);
-    }
-    v.sort_by(f64::total_cmp);
-    let avg = v.iter().sum::<f64>() / v.len() as f64;
-    let p99 = v[((v.len() as f64 * 0.99).ceil() as usize).clamp(1, v.len()) - 1];
-    (avg, p99)
+/// Average and 99th percentile of `v` (zeros when empty).
+pub(crate) fn avg_p99(v: Vec<f64>) -> (f64, f64) {
+    let s = Summary::of(v);
+    (s.avg, s.p99)
 }
 
-/// The remote side of a measurement: a transport here, or one in a spawned process.
-enum Remote {
-    Here(Box<dyn Transport>),
-    Process(BenchPeer),
+/// Average, median and 99th percentile of a set of times.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Summary {
+    pub(crate) avg: f64,
+    pub(crate) p50: f64,
+    pub(crate) p99: f64,
 }
 
-/// Keeps `depth` transfers of `batch` blocks in flight for the run time.
-pub(crate) fn throughput(
-    backends: &dyn Backends,
-    args: &Args,
-    backend: &str,
-    op: Op,
-    block: usize,
-    ceiling: &mut Ceiling,
-) -> Res<Point> {
-    let region_bytes = args.region_mib << 20;
-    let blocks = u32::try_from((region_bytes / block).max(1))?;
-    let batch = args.batch.min(blocks);
-    let run_for = Duration::from_secs_f64(args.duration);
-    let shape = Shape {
-        op,
-        blocks,
-        block,
-        batch,
-        depth: args.depth,
-        run_for,
-    };
-    let options = || args.options(backend);
-    let a = backends.open(backend, blocks, block, options()?, args.allocate)?;
-    for i in 0..blocks {
-        a.region().fill_block(i, (i % 251) as u8)?;
-    }
-    let remote = if args.cross_process {
-        Remote::Process(BenchPeer::spawn(args, backend, blocks, block)?)
-    } else {
-        let b = backends.open(backend, blocks, block, options()?, args.allocate)?;
-        for i in 0..blocks {
-            b.region().fill_block(i, (i % 241) as u8)?;
+impl Summary {
+    /// Of `v` (zeros when empty).
+    pub(crate) fn of(mut v: Vec<f64>) -> Self {
+        if v.is_empty() {
+            return Summary::default();
         }
-        Remote::Here(b)
-    };
-    let desc = match &remote {
-        Remote::Here(b) => b.descriptor()?,
-        Remote::Process(p) => p.descriptor.clone(),
-    };
-    let peer = PeerId::from("b");
-    a.add_remote_peer(&peer, &desc)?;
-    let ceiling_gbps = ceiling.gbps(run_for / 2);
-    let groups = (blocks / batch).max(1);
+        v.sort_by(f64::total_cmp);
+        let at = |q: f64| v[((v.len() as f64 * q).ceil() as usize).clamp(1, v.len()) - 1];
+        Summary {
+            avg: v.iter().sum::<f64>() / v.len() as f64,
+            p50: at(0.5),
+            p99: at(0.99),
+        }
+    }
+}
+
+/// What one run of [`pump`] measured.
+pub(crate) struct Pumped {
+    /// Blocks moved per second, in GB/s.
+    pub(crate) gbps: f64,
+    /// Each submit call, µs.
+    pub(crate) submits: Vec<f64>,
+    /// Each transfer from submit to reported done, µs.
+    pub(crate) completes: Vec<f64>,
+}
+
+/// Keeps `shape.depth` transfers of `shape.batch` blocks in flight from `a` to [`PEER`] for
+/// `shape.run_for`, then waits for the last ones.
+pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
+    let peer = PeerId::from(PEER);
+    let (op, batch) = (shape.op, shape.batch);
+    let groups = (shape.blocks / batch).max(1);
     let mut next = 0u32;
     let mut submits = Vec::new();
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
     let start = Instant::now();
     loop {
-        let running = start.elapsed() < run_for;
-        while running && inflight.len() < args.depth {
+        let running = start.elapsed() < shape.run_for;
+        while running && inflight.len() < shape.depth {
             let first = (next % groups) * batch;
-            next += 1;
+            next = next.wrapping_add(1);
             let idx: Vec<u32> = (first..first + batch).collect();
             let t = Instant::now();
             let id = match op {
@@ -176,7 +164,63 @@ pub(crate) fn throughput(
         }
     }
     let secs = start.elapsed().as_secs_f64();
-    let gbps = completes.len() as f64 * f64::from(batch) * block as f64 / secs / 1e9;
+    Ok(Pumped {
+        gbps: completes.len() as f64 * f64::from(batch) * shape.block as f64 / secs / 1e9,
+        submits,
+        completes,
+    })
+}
+
+/// The shape of a measurement of `block`-byte blocks over regions of `--region-mib`.
+pub(crate) fn shape(args: &Args, op: Op, block: usize, run_for: Duration) -> Res<Shape> {
+    let blocks = u32::try_from(((args.region_mib << 20) / block).max(1))?;
+    Ok(Shape {
+        op,
+        blocks,
+        block,
+        batch: args.batch.min(blocks),
+        depth: args.depth,
+        run_for,
+    })
+}
+
+/// Why `op` of a backend with `caps` cannot be measured here, if it cannot.
+pub(crate) fn skip_reason(caps: &Capabilities, op: Op, args: &Args) -> Option<String> {
+    if op == Op::Read && !caps.read {
+        Some("no READ (Capabilities::read is false)".into())
+    } else if args.cross_process && !caps.cross_process {
+        Some("no peers in other processes (Capabilities::cross_process is false)".into())
+    } else {
+        None
+    }
+}
+
+/// Keeps `depth` transfers of `batch` blocks in flight for the run time.
+pub(crate) fn throughput(
+    backends: &dyn Backends,
+    args: &Args,
+    backend: &str,
+    op: Op,
+    block: usize,
+    ceiling: &mut Ceiling,
+) -> Res<Point> {
+    let shape = shape(args, op, block, Duration::from_secs_f64(args.duration))?;
+    let remote = Remote::open(backends, args, backend, shape.blocks, block)?;
+    let size = (shape.blocks, block);
+    let a = initiator(
+        backends,
+        args,
+        backend,
+        size,
+        args.options(backend)?,
+        &remote,
+    )?;
+    let ceiling_gbps = ceiling.gbps(shape.run_for / 2);
+    let Pumped {
+        gbps,
+        submits,
+        completes,
+    } = pump(&*a, &shape)?;
     a.close()?;
     drop((a, remote));
     let raw_gbps = backends.raw_gbps(backend, &shape, args)?;
@@ -187,7 +231,7 @@ pub(crate) fn throughput(
         op: op.to_string(),
         cross_process: args.cross_process,
         block_bytes: block,
-        batch,
+        batch: shape.batch,
         depth: args.depth,
         gbps,
         ceiling_gbps,

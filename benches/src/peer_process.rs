@@ -1,8 +1,11 @@
 //! `--cross-process`: the remote transport lives in a spawned copy of this binary, which
-//! opens it, prints its descriptor and serves until its standard input closes.
+//! opens it, prints its descriptor and serves (draining the notifications that reach it)
+//! until its standard input closes.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::RecvTimeoutError;
+use std::time::Duration;
 
 use blockwire::{PeerDescriptor, Transport};
 
@@ -86,7 +89,33 @@ pub(crate) fn serve(backends: &dyn Backends, args: &Args, spec: &str) -> Res<()>
     writeln!(out, "DESC {}", hex::encode(t.descriptor()?.to_bytes()))?;
     out.flush()?;
     drop(out);
-    std::io::stdin().read_to_end(&mut Vec::new())?;
+    // Drain the notifications that arrive (as a target would), until standard input closes;
+    // without notifications, only wait.
+    let drain = t.capabilities().notifications;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        let _ = std::io::stdin().read_to_end(&mut Vec::new());
+        drop(tx);
+    });
+    let every = Duration::from_millis(if drain { 1 } else { 1000 });
+    let mut drained = 0usize;
+    loop {
+        let open = matches!(rx.recv_timeout(every), Err(RecvTimeoutError::Timeout));
+        if drain {
+            drained += t.notifications(None)?.len();
+        }
+        if !open {
+            break;
+        }
+    }
+    let stats = t.notification_stats();
+    if stats.dropped_full > 0 || stats.malformed > 0 {
+        eprintln!(
+            "{backend} peer process: {drained} notifications drained, {} dropped (inbox full), \
+             {} malformed",
+            stats.dropped_full, stats.malformed
+        );
+    }
     Transport::close(&*t)?;
     Ok(())
 }

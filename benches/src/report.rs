@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::Res;
 use crate::measure::{Point, Registration};
+use crate::notify::{self, NotifyCost};
+use crate::overhead::{self, TelemetryCost};
 
 /// Everything one run measured.
 #[derive(Serialize, Deserialize, Debug, Default)]
@@ -19,6 +21,12 @@ pub struct Run {
     pub points: Vec<Point>,
     /// `add_remote_peer` times.
     pub registration: Vec<Registration>,
+    /// The cost of a notification, per backend and operation.
+    #[serde(default)]
+    pub notify: Vec<NotifyCost>,
+    /// The overhead of telemetry, per backend and operation.
+    #[serde(default)]
+    pub telemetry: Vec<TelemetryCost>,
     /// Backends left out, with the reason.
     pub skipped: Vec<String>,
 }
@@ -35,6 +43,8 @@ impl Run {
     pub(crate) fn merge(&mut self, other: Run) {
         self.points.extend(other.points);
         self.registration.extend(other.registration);
+        self.notify.extend(other.notify);
+        self.telemetry.extend(other.telemetry);
         self.skipped.extend(other.skipped);
     }
 
@@ -46,19 +56,22 @@ impl Run {
     }
 }
 
-/// Prints one table per backend and operation, then the registration table.
+/// Prints one table per backend and operation, then the notification cost, the telemetry
+/// overhead and the registration tables.
 pub(crate) fn print_tables(run: &Run) {
     let (lo, hi) = run.points.iter().fold((f64::MAX, 0f64), |(lo, hi), p| {
         (lo.min(p.ceiling_gbps), hi.max(p.ceiling_gbps))
     });
-    println!(
-        "memory ceiling (single-thread memcpy over {} MiB, measured before each point): \
-         median {:.2} GB/s, {:.2} to {:.2}\n",
-        run.region_mib,
-        run.memcpy_gbps,
-        lo.min(hi),
-        hi
-    );
+    if !run.points.is_empty() {
+        println!(
+            "memory ceiling (single-thread memcpy over {} MiB, measured before each point): \
+             median {:.2} GB/s, {:.2} to {:.2}\n",
+            run.region_mib,
+            run.memcpy_gbps,
+            lo.min(hi),
+            hi
+        );
+    }
     let mut keys: Vec<(String, String)> = run
         .points
         .iter()
@@ -111,10 +124,14 @@ pub(crate) fn print_tables(run: &Run) {
         }
         println!();
     }
-    println!("add_remote_peer (median of 5)");
-    println!("{:>10} {:>12} {:>12}", "backend", "blocks", "time");
-    for r in &run.registration {
-        println!("{:>10} {:>12} {:>10.1}us", r.backend, r.blocks, r.median_us);
+    notify::print_table(&run.notify);
+    overhead::print_table(&run.telemetry);
+    if !run.registration.is_empty() {
+        println!("add_remote_peer (median of 5)");
+        println!("{:>10} {:>12} {:>12}", "backend", "blocks", "time");
+        for r in &run.registration {
+            println!("{:>10} {:>12} {:>10.1}us", r.backend, r.blocks, r.median_us);
+        }
     }
     for s in &run.skipped {
         println!("\nskipped: {s}");
@@ -201,4 +218,17 @@ fn plot(run: &Run, path: &Path) -> Res<()> {
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Run;
+
+    #[test]
+    fn a_run_without_the_cost_tables_still_reads() {
+        let old =
+            r#"{"memcpy_gbps":1.0,"region_mib":64,"points":[],"registration":[],"skipped":[]}"#;
+        let run: Run = serde_json::from_str(old).expect("an older run's JSON");
+        assert!(run.notify.is_empty() && run.telemetry.is_empty());
+    }
 }
