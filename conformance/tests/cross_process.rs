@@ -309,3 +309,15 @@ fn libfabric_tcp_notifications() {
 fn libfabric_shm_notifications() {
     notifications("libfabric", "provider=shm");
 }
+
+/// The notifications check for nixl, run by its own peer binary (NIXL's bundled UCX cannot
+/// share a process with Debian's).
+#[cfg(feature = "nixl")]
+#[test]
+fn nixl_notifications() {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blockwire-nixl-peer"))
+        .arg("--notifications")
+        .status()
+        .expect("spawn blockwire-nixl-peer");
+    assert!(status.success(), "notifications, nixl: {status}");
+}

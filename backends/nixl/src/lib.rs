@@ -1,13 +1,24 @@
 //! # blockwire-nixl: a NIXL agent through nixl-sys
 //!
 //! - **Agent**: one NIXL agent per transport, with the `UCX` backend plugin by default (option
-//!   `backend`). The whole region is registered once, as DRAM, and a local descriptor list of
-//!   one descriptor per block is prepared once.
-//! - **Descriptor**: carries the region the agent registered and the agent's metadata.
-//!   Connecting checks the region against the descriptor's, loads the metadata
-//!   (`load_remote_md`) and prepares the peer's descriptor list, one descriptor per block, so
-//!   a transfer is `make_xfer_req` with block indices on both prepared lists, then
+//!   `backend`), named after the transport (`BackendOptions::name`, the transport's name): the
+//!   sender NIXL reports with each notification is that name. A backend opened without a
+//!   transport gets `blockwire-<pid>-<n>` (so does a transport named `blockwire`, the name a
+//!   backend opened without a transport is told: its notifications then come from that name).
+//!   The whole region is registered once, as DRAM, and a local descriptor list of one
+//!   descriptor per block is prepared once.
+//! - **Descriptor**: carries the agent's name, the region the agent registered and the
+//!   agent's metadata. Connecting checks the region against the descriptor's, loads the
+//!   metadata (`load_remote_md`) and prepares the peer's descriptor list, one descriptor per
+//!   block, so a transfer is `make_xfer_req` with block indices on both prepared lists, then
 //!   `post_xfer_req`.
+//! - **Names**: NIXL tells agents apart by name only. A peer whose agent has this transport's
+//!   name, or the name of another connected peer with other metadata, is refused at connect
+//!   ([`BackendErrorKind::Unsupported`], saying so; NIXL itself would refuse both). So
+//!   connected transports need distinct names (generated ones are), a transport cannot be its
+//!   own peer, and a peer that restarted under the same name is added again only after the
+//!   registration of its former self is removed (`remove_remote_peer`, then
+//!   `add_remote_peer`): while that one is connected, its metadata holds the name.
 //! - **State**: `get_xfer_status`; a transfer that finished inside the post is done. A status
 //!   check that fails (nixl-sys reports every NIXL error, a failed transfer's included, as a
 //!   failed check) is [`FailureReason::StateCheck`], which faults the peer.
@@ -25,6 +36,52 @@
 //!   ucx backend) must not load NIXL's: UCX 1.13 aborts with `Assertion
 //!   '!ucs_debug_initialized' failed` as the second copy starts, because both export the same
 //!   symbols. So the nixl backend runs in its own test binaries and processes.
+//!
+//! ## Notifications
+//!
+//! NIXL's own: `genNotif` (nixl-sys `send_notification`) carries the message, and NIXL adds
+//! the sender's agent name (the transport's name), so the frame the transport hands to
+//! `notify` is decoded and only its message sent. At the target, `getNotifs` (nixl-sys
+//! `get_notifications`) takes what arrived, as (agent name, message) pairs, into the inbox:
+//! a thread of the backend does so every few milliseconds (so a passive target that never
+//! drains still receives, and the inbox's bound and counters apply), and so does every drain
+//! of the transport (`poll_notifications`), so a drain sees at once what arrived. NIXL's
+//! `getNotifs` takes every sender's notifications at once: they all go into the inbox, which
+//! keeps them by sender. Measured: NIXL (its UCX plugin, with its progress thread) keeps what
+//! arrives until `getNotifs` takes it (10,000 from two senders to an agent that drained once,
+//! after two seconds: all there, each sender's in order).
+//!
+//! **Delivered.** `genNotif` has no completion handle: its success means NIXL's UCX plugin
+//! handed the message to UCX (an eager active message that may still be on its way; measured,
+//! in one process the message was at the target when `genNotif` returned in 58 of 200 tries,
+//! and up to 42 ms later; across processes it was still missing after a pipe round trip in 29
+//! to 374 of 1,000). So `notify` also posts a one-byte READ of the peer's block 0 into a
+//! scratch byte of its own, on the same connection, after the message, and the notification's
+//! transfer is done when that READ is: the peer's agent was then alive and had served this
+//! connection after the message. Here UCX served the READ after the message, so the message
+//! was in the target's NIXL by then (UCX does not promise an order between an active message
+//! and a READ in general; on one lane it keeps it): measured, right after the READ the
+//! target's `getNotifs` held it in every try (2,000 of 2,000 in one process and 2,500 of 2,500 across two, each
+//! with UCX's default transports and with `UCX_TLS=tcp`; the crate's `notifications` test
+//! checks it with one drain right after done). That is as far as NIXL lets a sender tell; it
+//! is not an acknowledgement by the target's blockwire. It costs one round trip per
+//! notification, which the target's progress thread serves: on a busy host its scheduling
+//! shows (the bench's `notify` measure on this 2-core machine under a load of 8: notified
+//! WRITEs of 16 x 64 KiB done at p50 2 to 5 ms, plain ones at 0.2 ms; the direct calls,
+//! `genNotif` and the READ's post, take about 20 µs). The target need not know the sender:
+//! NIXL's message names its sender, and receiving needs none of its metadata.
+//!
+//! **Failures and close.** `genNotif` to an agent that is gone fails (NIXL reports a remote
+//! disconnect; measured for a transport closed in this process and for a killed process),
+//! and so does the READ; one to an agent closed a moment ago may still return success before
+//! UCX noticed (seen in the suite), and then the READ fails. Either way the notification is
+//! not reported delivered: `notify` fails, or its transfer does. At close (`revoke`) the
+//! receiving thread is stopped and joined before the agent is destroyed: nothing more reaches
+//! the inbox (which the transport has closed too), and senders' `genNotif` to this agent fail.
+//!
+//! A message NIXL hands over from a sender whose name no blockwire transport could have (empty,
+//! longer than 128 bytes, control characters, not UTF-8), or longer than 4096 bytes, is
+//! dropped and logged (`warn`, the first and every thousandth).
 //!
 //! ## Several agents in one process
 //!
@@ -47,23 +104,27 @@
 //! | `param.<key>` | | any other plugin parameter, passed as is |
 //! | `lib_dir` | [`LIB_DIR_ENV`], else [`DEFAULT_LIB_DIR`] | directory of `libnixl_capi.so` |
 
+mod address;
+mod agent;
+mod dram;
+mod notify;
+mod peer;
 mod runtime;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use blockwire_core::kit::{Live, LiveCounts};
+use blockwire_core::kit::{Live, LiveCounts, ProgressThread};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan,
-    RegisteredRegion, XferState,
+    Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
+    decode_frame,
 };
-use nixl_sys::{
-    Agent, MemType, MemoryRegion, NixlDescriptor, RegistrationHandle, XferDescList,
-    XferDlistHandle, XferOp, XferRequest, XferStatus,
-};
+use nixl_sys::{XferOp, XferRequest, XferStatus};
 use parking_lot::Mutex;
 
+use agent::{Inner, agent_name, nixl_error};
+pub use dram::Dram;
+pub use peer::NixlPeer;
 pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
 
 /// Whether the real NIXL runtime is loaded in this process (opening a backend loads it); never
@@ -99,109 +160,34 @@ pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
 /// ```
 pub const KIND: &str = "nixl";
 
-static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
-
-/// A range of host memory as NIXL registers it (`MemType::Dram`, device 0): what the backend
-/// registers for its region, and what code calling nixl-sys directly beside blockwire (the
-/// bench's raw NIXL baseline) can register too.
-///
-/// ```
-/// use nixl_sys::{MemoryRegion, NixlDescriptor, MemType};
-/// let mem = vec![0u8; 4096];
-/// let d = blockwire_nixl::Dram::new(mem.as_ptr() as usize, mem.len());
-/// assert_eq!(d.size(), 4096);
-/// assert!(matches!(d.mem_type(), MemType::Dram));
-/// ```
-#[derive(Debug, Clone, Copy)]
-pub struct Dram {
-    addr: usize,
-    len: usize,
-}
-
-impl Dram {
-    /// The `len` bytes at address `addr`. Describing memory is safe; registering it with NIXL
-    /// lets peers reach it, so it must stay allocated while registered.
-    pub fn new(addr: usize, len: usize) -> Self {
-        Dram { addr, len }
-    }
-}
-
-impl MemoryRegion for Dram {
-    unsafe fn as_ptr(&self) -> *const u8 {
-        self.addr as *const u8
-    }
-
-    fn size(&self) -> usize {
-        self.len
-    }
-}
-
-impl NixlDescriptor for Dram {
-    fn mem_type(&self) -> MemType {
-        MemType::Dram
-    }
-
-    fn device_id(&self) -> u64 {
-        0
-    }
-}
-
-/// The address bytes: magic, the region registered, then the agent's metadata.
-const ADDRESS_MAGIC: &[u8; 4] = b"NXL1";
-
-/// NIXL objects, behind one lock: NIXL's thread safety is undocumented (NIXL issue #1653), so
-/// every call is serialized. `None` once revoked.
-struct Inner {
-    agent: Agent,
-    name: String,
-    local: XferDlistHandle,
-    _registration: RegistrationHandle,
-    /// How many connected peers use each remote agent's metadata.
-    remotes: std::collections::HashMap<String, usize>,
-}
-
-// SAFETY: the NIXL handles are only used under the backend's mutex, one call at a time.
-unsafe impl Send for Inner {}
-
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {
     span: RegionSpan,
     inner: Arc<Mutex<Option<Inner>>>,
-    /// The address bytes (see [`ADDRESS_MAGIC`]).
+    /// The agent's name.
+    name: String,
+    /// The address bytes (see the `address` module).
     address: Vec<u8>,
     counts: LiveCounts,
+    receiver: Arc<notify::Receiver>,
+    /// The thread that drains NIXL's notifications into the inbox; stopped by `revoke`.
+    receiving: Mutex<Option<ProgressThread>>,
 }
 
-/// A connected peer: the remote agent and its prepared descriptor list.
-pub struct NixlPeer {
-    remote: String,
-    /// Released with the agent's lock held; never after the agent is gone (the handle does
-    /// not keep it alive).
-    list: Option<XferDlistHandle>,
-    num_blocks: u32,
-    _live: Live,
-}
-
-// SAFETY: the prepared list is only used under the backend's mutex.
-unsafe impl Send for NixlPeer {}
-// SAFETY: as for `Send`.
-unsafe impl Sync for NixlPeer {}
-
-/// A posted transfer.
+/// A posted transfer: blocks, or a notification's probe.
 pub struct NixlXfer {
     request: Option<XferRequest>,
     outcome: Option<XferState>,
+    /// What a failed status check names: the transfer, or the probe of a notification.
+    what: &'static str,
     _live: Live,
-}
-
-fn nixl_error(context: &str, e: nixl_sys::NixlError) -> BackendError {
-    BackendError::new(BackendErrorKind::Other, format!("{context}: {e}"))
 }
 
 impl OpenBackend for NixlBackend {
     const KIND: &'static str = KIND;
 
-    /// Opens a NIXL agent over `span` with the options in the crate docs.
+    /// Opens a NIXL agent over `span` with the options in the crate docs, named after the
+    /// transport.
     ///
     /// # Safety
     ///
@@ -215,11 +201,14 @@ impl OpenBackend for NixlBackend {
     /// // SAFETY: `mem` outlives the backend. Needs the runtime (scripts/setup-backends.sh).
     /// let b = unsafe { blockwire_nixl::NixlBackend::open(span, BackendOptions::new())? };
     /// assert_eq!(b.kind(), "nixl");
+    /// assert!(b.agent_name().starts_with("blockwire-")); // no transport named it
     /// assert!(blockwire_nixl::runtime_loaded());
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
     unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = Error::opening(KIND);
+        let name = agent_name(&options);
+        let inbox = options.inbox();
         let plugin = options
             .take::<String>("backend")
             .map_err(open_err)?
@@ -231,63 +220,39 @@ impl OpenBackend for NixlBackend {
         }
         options.finish(KIND).map_err(open_err)?;
         runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
-        let name = format!(
-            "blockwire-{}-{}",
-            std::process::id(),
-            NEXT_AGENT.fetch_add(1, Ordering::Relaxed)
-        );
-        let fail = |what: &str, e| open_err(nixl_error(what, e));
-        let agent = Agent::new(&name).map_err(|e| fail("creating the agent", e))?;
-        let (_mems, mut params) = agent
-            .get_plugin_params(&plugin)
-            .map_err(|e| fail("reading the plugin's parameters", e))?;
-        for (key, value) in &plugin_params {
-            params
-                .set(key, value)
-                .map_err(|e| fail(&format!("setting plugin parameter {key}={value}"), e))?;
-        }
-        agent
-            .create_backend(&plugin, &params)
-            .map_err(|e| fail("creating the backend", e))?;
-        let dram = Dram {
-            addr: span.base().as_ptr() as usize,
-            len: span.len(),
-        };
-        let registration = agent
-            .register_memory(&dram, None)
-            .map_err(|e| fail("registering the region", e))?;
-        let mut blocks =
-            XferDescList::new(MemType::Dram).map_err(|e| fail("descriptor list", e))?;
-        for i in 0..span.num_blocks() {
-            let off = span.block_offset(i).unwrap_or(0);
-            blocks.add_desc(dram.addr + off, span.block_len(), 0);
-        }
-        let local = agent
-            .prepare_xfer_dlist("", &blocks, None) // NIXL_INIT_AGENT: the local agent
-            .map_err(|e| fail("preparing the local descriptor list", e))?;
-        let metadata = agent
-            .get_local_md()
-            .map_err(|e| fail("reading the agent metadata", e))?;
-        let mut address = ADDRESS_MAGIC.to_vec();
-        RegisteredRegion::of(&span).encode(&mut address);
-        address.extend_from_slice(&metadata);
-        tracing::debug!(agent = %name, %plugin, "nixl backend opened");
-        Ok(NixlBackend {
+        let (inner, address) =
+            Inner::open(&span, &name, &plugin, &plugin_params).map_err(open_err)?;
+        let inner = Arc::new(Mutex::new(Some(inner)));
+        let receiver = Arc::new(notify::Receiver::new(inbox));
+        let backend = NixlBackend {
             span,
-            inner: Arc::new(Mutex::new(Some(Inner {
-                agent,
-                name,
-                local,
-                _registration: registration,
-                remotes: Default::default(),
-            }))),
+            inner: inner.clone(),
+            name,
             address,
             counts: LiveCounts::default(),
-        })
+            receiver: receiver.clone(),
+            receiving: Mutex::new(None),
+        };
+        // On failure, dropping `backend` revokes (destroys the agent) in order.
+        let thread = receiver.spawn(inner).map_err(|e| {
+            open_err(BackendError::from_io(
+                "spawning the notification thread",
+                &e,
+            ))
+        })?;
+        *backend.receiving.lock() = Some(thread);
+        tracing::debug!(agent = %backend.name, %plugin, "nixl backend opened");
+        Ok(backend)
     }
 }
 
-impl NixlBackend {}
+impl NixlBackend {
+    /// The NIXL agent's name: the transport's name, or one generated for a backend opened
+    /// without a transport. It is the sender NIXL reports with this backend's notifications.
+    pub fn agent_name(&self) -> &str {
+        &self.name
+    }
+}
 
 impl Backend for NixlBackend {
     type Peer = NixlPeer;
@@ -302,6 +267,7 @@ impl Backend for NixlBackend {
         c.read = true;
         c.cross_process = true;
         c.revoke = true;
+        c.notifications = true;
         c
     }
 
@@ -310,72 +276,17 @@ impl Backend for NixlBackend {
     }
 
     fn connect(&self, desc: &PeerDescriptor) -> Result<NixlPeer, BackendError> {
-        let malformed = |why: &str| {
-            BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                format!("nixl address: {why}"),
-            )
-        };
-        let rest = desc
-            .address
-            .strip_prefix(ADDRESS_MAGIC)
-            .ok_or_else(|| malformed("bad magic"))?;
-        let (region, metadata) = RegisteredRegion::decode(rest)?;
-        region.check(desc)?;
-        if metadata.is_empty() {
-            return Err(malformed("empty NIXL agent metadata"));
-        }
         let mut guard = self.inner.lock();
         let inner = guard.as_mut().ok_or_else(revoked)?;
-        let remote = inner.agent.load_remote_md(metadata).map_err(|e| {
-            BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                format!("loading the peer's agent metadata: {e}"),
-            )
-        })?;
-        let mut blocks =
-            XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e))?;
-        let block_len = desc.block_len as usize;
-        for i in 0..desc.num_blocks {
-            let addr = desc.base_addr as usize + i as usize * block_len;
-            blocks.add_desc(addr, block_len, 0);
-        }
-        let list = inner
-            .agent
-            .prepare_xfer_dlist(&remote, &blocks, None)
-            .map_err(|e| nixl_error("preparing the peer's descriptor list", e))?;
-        *inner.remotes.entry(remote.clone()).or_default() += 1;
-        Ok(NixlPeer {
-            remote,
-            list: Some(list),
-            num_blocks: desc.num_blocks,
-            _live: self.counts.peer(),
-        })
+        inner.connect(desc, &self.address, self.counts.peer())
     }
 
-    fn disconnect(&self, mut peer: NixlPeer) {
+    fn disconnect(&self, peer: NixlPeer) {
         let mut guard = self.inner.lock();
-        let Some(inner) = guard.as_mut() else {
+        match guard.as_mut() {
+            Some(inner) => inner.disconnect(peer),
             // The agent is gone (revoked): releasing the list would reach freed memory.
-            std::mem::forget(peer.list.take());
-            return;
-        };
-        let NixlPeer { remote, list, .. } = peer;
-        drop(list);
-        let last = match inner.remotes.get_mut(&remote) {
-            Some(n) if *n > 1 => {
-                *n -= 1;
-                false
-            }
-            _ => true,
-        };
-        if last {
-            inner.remotes.remove(&remote);
-            if remote != inner.name {
-                if let Err(e) = inner.agent.invalidate_remote_md(&remote) {
-                    tracing::debug!(%remote, error = %e, "unloading remote agent metadata");
-                }
-            }
+            None => peer.forget_list(),
         }
     }
 
@@ -416,8 +327,42 @@ impl Backend for NixlBackend {
         Ok(NixlXfer {
             request: Some(request),
             outcome: (!running).then_some(XferState::Done),
+            what: "get_xfer_status",
             _live: self.counts.transfer(),
         })
+    }
+
+    /// Sends the frame's message with `genNotif`, then the probe (see the crate docs,
+    /// "Notifications"): the transfer is done once the probe is.
+    fn notify(&self, peer: &NixlPeer, frame: &[u8]) -> Result<NixlXfer, BackendError> {
+        let n = decode_frame(frame).map_err(|problem| {
+            BackendError::new(
+                BackendErrorKind::Other,
+                format!("notification frame: {problem}"),
+            )
+        })?;
+        let guard = self.inner.lock();
+        let inner = guard.as_ref().ok_or_else(revoked)?;
+        if peer.list.is_none() {
+            return Err(revoked());
+        }
+        if n.sender != inner.name {
+            // Only for a transport named like an unnamed backend (see `agent_name`).
+            tracing::debug!(sender = %n.sender, agent = %inner.name, "NIXL sends as the agent");
+        }
+        let (request, running) = notify::send(inner, &peer.remote, peer.probe_addr, &n.message)?;
+        drop(guard);
+        tracing::trace!(remote = %peer.remote, len = n.message.len(), "nixl notification sent");
+        Ok(NixlXfer {
+            request: Some(request),
+            outcome: (!running).then_some(XferState::Done),
+            what: "get_xfer_status of the probe after genNotif",
+            _live: self.counts.transfer(),
+        })
+    }
+
+    fn poll_notifications(&self) {
+        self.receiver.drain(&self.inner);
     }
 
     fn state(&self, xfer: &mut NixlXfer) -> XferState {
@@ -435,7 +380,7 @@ impl Backend for NixlBackend {
         let state = match status {
             Ok(XferStatus::InProgress) => return XferState::Running,
             Ok(XferStatus::Success) => XferState::Done,
-            Err(e) => XferState::Failed(FailureReason::StateCheck(format!("get_xfer_status: {e}"))),
+            Err(e) => XferState::Failed(FailureReason::StateCheck(format!("{}: {e}", xfer.what))),
         };
         xfer.outcome = Some(state.clone());
         state
@@ -454,19 +399,14 @@ impl Backend for NixlBackend {
     }
 
     fn revoke(&self) {
-        let taken = self.inner.lock().take();
-        if let Some(Inner {
-            agent,
-            local,
-            _registration,
-            ..
-        }) = taken
-        {
-            // Handles first (they point into the agent), then the registration, then the
-            // agent (whose drop destroys it once no request holds it: none is, at revoke).
-            drop(local);
-            drop(_registration);
-            drop(agent);
+        // The receiving thread first (it calls into the agent); nothing reaches the inbox
+        // after it stopped.
+        if let Some(mut thread) = self.receiving.lock().take() {
+            thread.stop();
+        }
+        if let Some(inner) = self.inner.lock().take() {
+            inner.destroy();
+            tracing::debug!(agent = %self.name, "nixl agent destroyed");
         }
     }
 

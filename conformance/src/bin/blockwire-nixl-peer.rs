@@ -1,5 +1,5 @@
-//! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer` and
-//! `--target-side` run those checks against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
+//! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer`,
+//! `--target-side` and `--notifications` run those checks against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
 //! transport, in a binary that never loads Debian's UCX (NIXL brings its own).
 
 use blockwire::BackendOptions;
@@ -64,6 +64,16 @@ fn main() -> std::process::ExitCode {
                 "nixl",
                 "",
                 TARGET_SIDE_BOUND,
+            )
+            .map(|r| format!("{r:?}"))
+        }),
+        Some("--notifications") => run("notifications", |exe| {
+            blockwire_conformance::notify_across::notifications_with(
+                open_nixl,
+                exe,
+                "nixl",
+                "",
+                DEAD_PEER_BOUND,
             )
             .map(|r| format!("{r:?}"))
         }),

@@ -201,10 +201,13 @@ impl Served {
                 self.posted.push(id);
                 Ok(Reply::Id { id: id.0 })
             }
+            // A backend that learns at once that a notification cannot be sent (NIXL's
+            // genNotif to an agent that is gone, libfabric's cut link to a closed
+            // shm target) refuses it with `Notify`.
             Err(
                 e @ (blockwire::Error::Submit { .. }
-                | blockwire::Error::Notify { .. }
-                | blockwire::Error::PeerFaulted { .. }),
+                | blockwire::Error::PeerFaulted { .. }
+                | blockwire::Error::Notify { .. }),
             ) => Ok(Reply::Refused { why: e.report() }),
             Err(e) => Err(e.report()),
         }

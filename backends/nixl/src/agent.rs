@@ -1,0 +1,121 @@
+//! The NIXL agent of a backend ([`Inner`]): its name, how it is set up and torn down.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use blockwire_core::{
+    BackendError, BackendErrorKind, BackendOptions, RegionSpan, RegisteredRegion,
+};
+use nixl_sys::{Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle};
+
+use crate::{Dram, address, notify};
+
+/// Numbers the agents of backends opened without a transport name.
+static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
+
+/// The agent's name: the transport's, or for a backend opened without a transport (whose
+/// options say `"blockwire"`), one unique to this backend.
+pub(crate) fn agent_name(options: &BackendOptions) -> String {
+    let name = options.name();
+    if name == BackendOptions::new().name() {
+        let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
+        format!("{name}-{}-{n}", std::process::id())
+    } else {
+        name.to_owned()
+    }
+}
+
+pub(crate) fn nixl_error(context: &str, e: nixl_sys::NixlError) -> BackendError {
+    BackendError::new(BackendErrorKind::Other, format!("{context}: {e}"))
+}
+
+/// NIXL objects, behind one lock: NIXL's thread safety is undocumented (NIXL issue #1653), so
+/// every call is serialized. The backend holds `None` once revoked.
+///
+/// The fields drop in the order they are declared, which is the order NIXL needs: handles
+/// first (they point into the agent), then the registrations, then the agent (whose drop
+/// destroys it once no request holds it: none is, at revoke), then the scratch no probe can
+/// write into any more.
+pub(crate) struct Inner {
+    pub(crate) local: XferDlistHandle,
+    _registration: RegistrationHandle,
+    _scratch_registration: RegistrationHandle,
+    pub(crate) agent: Agent,
+    /// What notification probes read into (registered above).
+    pub(crate) scratch: notify::Scratch,
+    pub(crate) name: String,
+    /// The remote agents whose metadata is loaded, by name.
+    pub(crate) remotes: HashMap<String, Remote>,
+}
+
+/// A remote agent whose metadata is loaded.
+pub(crate) struct Remote {
+    /// How many connected peers use it.
+    pub(crate) peers: usize,
+    /// The metadata loaded: another with the same name is refused while this one is in use.
+    pub(crate) metadata: Vec<u8>,
+}
+
+// SAFETY: the NIXL handles are only used under the backend's mutex, one call at a time; the
+// scratch is only written by NIXL.
+unsafe impl Send for Inner {}
+
+impl Inner {
+    /// Creates the agent `name` with `plugin`, registers the region and the scratch, prepares
+    /// the local descriptor list; the agent and its address bytes.
+    pub(crate) fn open(
+        span: &RegionSpan,
+        name: &str,
+        plugin: &str,
+        plugin_params: &[(String, String)],
+    ) -> Result<(Inner, Vec<u8>), BackendError> {
+        let agent = Agent::new(name).map_err(|e| nixl_error("creating the agent", e))?;
+        let (_mems, mut params) = agent
+            .get_plugin_params(plugin)
+            .map_err(|e| nixl_error("reading the plugin's parameters", e))?;
+        for (key, value) in plugin_params {
+            params
+                .set(key, value)
+                .map_err(|e| nixl_error(&format!("setting plugin parameter {key}={value}"), e))?;
+        }
+        agent
+            .create_backend(plugin, &params)
+            .map_err(|e| nixl_error("creating the backend", e))?;
+        let dram = Dram::new(span.base().as_ptr() as usize, span.len());
+        let registration = agent
+            .register_memory(&dram, None)
+            .map_err(|e| nixl_error("registering the region", e))?;
+        let scratch = notify::Scratch::new();
+        let scratch_registration = agent
+            .register_memory(&scratch.dram(), None)
+            .map_err(|e| nixl_error("registering the notification scratch", e))?;
+        let mut blocks =
+            XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptor list", e))?;
+        for i in 0..span.num_blocks() {
+            let off = span.block_offset(i).unwrap_or(0);
+            blocks.add_desc(dram.addr + off, span.block_len(), 0);
+        }
+        let local = agent
+            .prepare_xfer_dlist("", &blocks, None) // NIXL_INIT_AGENT: the local agent
+            .map_err(|e| nixl_error("preparing the local descriptor list", e))?;
+        let metadata = agent
+            .get_local_md()
+            .map_err(|e| nixl_error("reading the agent metadata", e))?;
+        let address = address::encode(name, &RegisteredRegion::of(span), &metadata);
+        let inner = Inner {
+            agent,
+            name: name.to_owned(),
+            local,
+            _registration: registration,
+            scratch,
+            _scratch_registration: scratch_registration,
+            remotes: HashMap::new(),
+        };
+        Ok((inner, address))
+    }
+
+    /// Destroys the agent (in the fields' order, see [`Inner`]).
+    pub(crate) fn destroy(self) {
+        drop(self);
+    }
+}
