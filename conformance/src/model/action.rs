@@ -42,6 +42,23 @@ enum CancelModeDef {
     Wait,
 }
 
+/// Whose notifications an [`Action::Notifications`] drains.
+///
+/// ```
+/// use blockwire_conformance::model::Sender;
+/// assert_ne!(Sender::Any, Sender::Initiator);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum Sender {
+    /// `notifications(None)`.
+    Any,
+    /// `notifications(Some(<the local transport's name>))`: the only sender of a run.
+    Initiator,
+    /// `notifications(Some("stranger"))`: a name nobody sends as; drains nothing and leaves
+    /// the initiator's queued.
+    Stranger,
+}
+
 /// One step of a sequence. Peer and remote numbers are taken modulo the counts of the
 /// [`Setup`](super::Setup), so every value is valid input.
 ///
@@ -122,6 +139,39 @@ pub enum Action {
         mode: CancelMode,
         /// One id per pick.
         picks: Vec<u32>,
+    },
+    /// [`Transfer`](Action::Transfer), carrying a notification: `write_blocks_notify` or
+    /// `read_blocks_notify`, with a message unique to this action (`pick` also chooses its
+    /// length, up to the 4 KiB limit). It goes to the transfer's target (the remote whose
+    /// blocks are written or read).
+    Notified {
+        /// WRITE or READ.
+        #[serde(with = "OpDef")]
+        op: Op,
+        /// Peer name number.
+        peer: u8,
+        /// Most blocks to move (at least one is tried).
+        blocks: u8,
+        /// Chooses the blocks and the message.
+        pick: u64,
+    },
+    /// `notify(p<peer>, message)`: a standalone notification, unique to this action (`pick`
+    /// chooses its length). Expects `UnknownPeer` when the peer is not published.
+    Notify {
+        /// Peer name number.
+        peer: u8,
+        /// Chooses the message.
+        pick: u64,
+    },
+    /// `notifications(from)` at remote `r<target>`, or at the local transport when `target`
+    /// (modulo one more than the remotes) names none: every notification drained must be one
+    /// the model knows was sent there, drained once, from the local transport's name; a
+    /// notified transfer's destination blocks must already hold its bytes.
+    Notifications {
+        /// Remote transport number (one past the last: the local transport).
+        target: u8,
+        /// Whose notifications to drain.
+        from: Sender,
     },
     /// A drain point: settle every registration, poll every peer until nothing is in flight
     /// (bounded by [`Setup::timeout`](super::Setup::timeout)), then compare every block of

@@ -5,7 +5,8 @@ use std::fmt;
 
 use blockwire_core::{BlockIndex, CancelMode, Error, Op, TransferId};
 
-use super::state::{Content, RegOutcome};
+use super::action::Sender;
+use super::state::{Content, Landing, RegOutcome};
 
 /// A registration handle: the `n`-th asynchronous add of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -36,11 +37,22 @@ pub(super) enum Call {
     Remove {
         peer: usize,
     },
+    /// `write_blocks`/`read_blocks`, or with a `message` their `_notify` variants.
     Post {
         op: Op,
         peer: usize,
         local: Vec<BlockIndex>,
         remote: Vec<BlockIndex>,
+        message: Option<Vec<u8>>,
+    },
+    Notify {
+        peer: usize,
+        message: Vec<u8>,
+    },
+    /// `notifications(from)` at remote `target`, or at the local transport for `None`.
+    Notifications {
+        target: Option<usize>,
+        from: Sender,
     },
     Poll {
         peer: Option<usize>,
@@ -71,6 +83,17 @@ pub(super) struct Planned {
     pub(super) touches: Vec<(usize, BlockIndex)>,
     /// Names it in a report.
     pub(super) what: String,
+    /// The notification it carries, if any.
+    pub(super) note: Option<NotePlan>,
+}
+
+/// The notification a planned transfer carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct NotePlan {
+    /// The remote it goes to.
+    pub(super) target: usize,
+    pub(super) message: Vec<u8>,
+    pub(super) lands: Vec<Landing>,
 }
 
 /// What one action asks of the runner: first wait for `settle`, then `then`.
@@ -112,7 +135,7 @@ pub(super) enum Then {
     },
     /// No block free for the transfer: no call.
     Skipped,
-    /// Write `fill`, then the post of `local` and `remote` to `peer` must return a fresh id,
+    /// Write `fill`, then the post (with `message`, the notified variant) of `local` and `remote` to `peer` must return a fresh id,
     /// which the runner hands to [`Model::track`](super::reference::Model::track) with
     /// `planned`.
     Posted {
@@ -121,8 +144,21 @@ pub(super) enum Then {
         peer: usize,
         local: Vec<BlockIndex>,
         remote: Vec<BlockIndex>,
+        message: Option<Vec<u8>>,
         planned: Planned,
     },
+    /// `notify(peer, message)` must return a fresh id, handed to
+    /// [`Model::track`](super::reference::Model::track) with `planned`.
+    Notified {
+        peer: usize,
+        message: Vec<u8>,
+        planned: Planned,
+    },
+    /// `notifications(from)` at remote `target` (the local transport for `None`) must
+    /// succeed; what it returned goes to
+    /// [`Model::received`](super::reference::Model::received), and the blocks that names
+    /// must hold their content.
+    Drank { target: Option<usize>, from: Sender },
     /// `poll` of `peer` (every peer for `None`) must succeed; its result goes to
     /// [`Model::absorb`](super::reference::Model::absorb).
     Polled { peer: Option<usize> },

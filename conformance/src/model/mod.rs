@@ -37,6 +37,22 @@
 //!   (`LengthMismatch`, `EmptyTransfer`, `LocalIndexOutOfRange`, `RemoteIndexOutOfRange`,
 //!   `DuplicateDestination`) and tracks nothing; after `close` every call is `Err(Closed)` and
 //!   `close` itself stays `Ok`.
+//! - **notifications**: every notified transfer and standalone `notify` carries a message
+//!   unique to its action, to the transfer's target (the remote written or read). A drain
+//!   (`notifications(None)`, `notifications(Some(<local name>))`, at any remote or at the local
+//!   transport) returns only messages sent there, each once, from the local transport's
+//!   [name](blockwire::Transport::name); `notifications(Some("stranger"))` returns none. A
+//!   notification may be drained before its transfer is reported, but never for a transfer
+//!   reported failed (whichever comes first); one reported done owes exactly one, which the end
+//!   of the run drains (bounded by [`Setup::timeout`]); one that left with no verdict (forgotten
+//!   by `cancel(Immediate)`, taken by `cancel(Wait)`, in flight at close) may deliver one or
+//!   none, as timing decides. When a notified transfer's notification is drained, every
+//!   destination block it landed and no later write was planned on must already hold its
+//!   bytes. After `close`, `notifications` is `Err(Closed)`; at the end each remote is closed
+//!   with one notification queued per published peer (a standalone `notify` the end posts),
+//!   and its close must discard what was queued, counted in `notification_stats`. A backend
+//!   that carries none ([`Capabilities::notifications`](blockwire::Capabilities)) must refuse
+//!   each notified call with `Unsupported`.
 //! - **registrations**: a handle resolves `Ok`, or `Superseded` when the peer was removed or
 //!   added again before it published, or `Closed` once the transport closed; at a drain point
 //!   `peers()` and the backend's connected peer count equal the model's published peers.
@@ -85,7 +101,9 @@
 //! let setup = Setup::new(16, seq.block_len);
 //! model::warm_up(&fx, &setup)?;
 //! let report = model::run(&fx, &setup, &seq.actions)?;
-//! assert_eq!((report.ops, report.posted), (4, 1));
+//! // The end posts one standalone notification to p0, left queued for r1's close.
+//! assert_eq!((report.ops, report.posted, report.notifies), (4, 2, 1));
+//! assert_eq!(report.notes_discarded, 1);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -102,7 +120,7 @@ mod resources;
 mod runner;
 mod state;
 
-pub use action::{Action, Defect, ReplayError, Sequence};
+pub use action::{Action, Defect, ReplayError, Sender, Sequence};
 
 use resources::Resources;
 use runner::Runner;
@@ -191,6 +209,21 @@ pub struct Report {
     pub drains: usize,
     /// Most transfers in flight at once (tracked by the model).
     pub max_in_flight: usize,
+    /// Transfers posted with a notification (`write_blocks_notify`, `read_blocks_notify`).
+    pub notified: usize,
+    /// Standalone notifications posted (`notify`).
+    pub notifies: usize,
+    /// Notifications drained (each matched to the transfer that carried it).
+    pub notes_drained: usize,
+    /// Of those, drained before their transfer was reported.
+    pub notes_early: usize,
+    /// Of those, of transfers that left with no verdict (a cancel took or forgot them, or
+    /// close found them in flight).
+    pub notes_undetermined: usize,
+    /// Destination blocks compared right after their notification was drained.
+    pub notes_blocks_checked: usize,
+    /// Notifications a target's close discarded (at the end of a run).
+    pub notes_discarded: usize,
 }
 
 impl Report {
@@ -216,6 +249,13 @@ impl Report {
         self.skipped += other.skipped;
         self.drains += other.drains;
         self.max_in_flight = self.max_in_flight.max(other.max_in_flight);
+        self.notified += other.notified;
+        self.notifies += other.notifies;
+        self.notes_drained += other.notes_drained;
+        self.notes_early += other.notes_early;
+        self.notes_undetermined += other.notes_undetermined;
+        self.notes_blocks_checked += other.notes_blocks_checked;
+        self.notes_discarded += other.notes_discarded;
     }
 }
 
@@ -226,7 +266,10 @@ impl fmt::Display for Report {
             "{} ops, {} transfers ({} done, {} failed, {} taken by cancel-wait, {} returned \
              running by cancel-wait, {} forgotten by cancel-immediate, {} in flight at close; \
              at most {} in flight), {} calls refused as expected, {} registrations superseded, \
-             {} operations skipped, {} drains",
+             {} operations skipped, {} drains; notifications: {} notified transfers, {} \
+             standalone, {} drained ({} before their transfer was reported, {} of transfers \
+             left with no verdict), {} destination blocks checked at their drain, {} discarded \
+             by a target's close",
             self.ops,
             self.posted,
             self.done,
@@ -239,7 +282,14 @@ impl fmt::Display for Report {
             self.refused,
             self.superseded,
             self.skipped,
-            self.drains
+            self.drains,
+            self.notified,
+            self.notifies,
+            self.notes_drained,
+            self.notes_early,
+            self.notes_undetermined,
+            self.notes_blocks_checked,
+            self.notes_discarded
         )
     }
 }
@@ -339,7 +389,18 @@ pub fn warm_up<F: Fixture>(fx: &F, setup: &Setup) -> Result<(), Violation> {
             blocks: 1,
             pick: 0,
         },
+        Action::Notified {
+            op: blockwire_core::Op::Write,
+            peer: 0,
+            blocks: 1,
+            pick: 0,
+        },
+        Action::Notify { peer: 1, pick: 0 },
         Action::Drain,
+        Action::Notifications {
+            target: 0,
+            from: Sender::Any,
+        },
         Action::Close,
     ];
     run_unchecked(fx, setup, &actions).map(|_| ())

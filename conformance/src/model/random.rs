@@ -48,7 +48,7 @@ use libtest_mimic::{Conclusion, Failed, Trial};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngSeed, TestError, TestRunner};
 
-use super::{Action, Defect, Report, Sequence, Setup};
+use super::{Action, Defect, Report, Sender, Sequence, Setup};
 use crate::fixture::Fixture;
 
 /// Most actions [`sequence`] generates after its initial adds (at most 3 of those).
@@ -103,10 +103,26 @@ pub fn defect() -> impl Strategy<Value = Defect> {
     ]
 }
 
-/// One action: mostly valid transfers (40 in 97), then polls, cancels, adds, removes,
-/// invalid transfers and drains; `Close` is rare (1 in 97, about one sequence in five), since
-/// every call after it is only `Err(Closed)`. Peer and remote numbers are `0..3`, a transfer
-/// moves 1 to 4 blocks, a cancel names 1 to 4 ids.
+/// Whose notifications a drain at a target takes: mostly every sender's, else the local
+/// transport's by name, now and then a stranger's (none).
+///
+/// ```
+/// use blockwire_conformance::model::{random, Sender};
+/// use proptest::strategy::{Strategy, ValueTree};
+/// let mut runner = proptest::test_runner::TestRunner::deterministic();
+/// let from = random::sender().new_tree(&mut runner).expect("a value").current();
+/// assert!(matches!(from, Sender::Any | Sender::Initiator | Sender::Stranger));
+/// ```
+pub fn sender() -> impl Strategy<Value = Sender> {
+    prop_oneof![3 => Just(Sender::Any), 2 => Just(Sender::Initiator), 1 => Just(Sender::Stranger)]
+}
+
+/// One action: mostly valid transfers (30 plain and 14 notified in 116), then polls,
+/// cancels, adds, removes, drains at the notifications' targets, invalid transfers, drains
+/// and standalone notifications; `Close` is rare (1 in 116, about one sequence in six),
+/// since every call after it is only `Err(Closed)`. Peer and remote numbers are `0..3` (a
+/// notification drain's target `0..4`, 3 being the local transport), a transfer moves 1 to 4
+/// blocks, a cancel names 1 to 4 ids.
 ///
 /// ```
 /// use blockwire_conformance::model::{random, Action};
@@ -130,8 +146,13 @@ pub fn action() -> impl Strategy<Value = Action> {
         7 => (peer(), remote()).prop_map(|(peer, remote)| Action::Add { peer, remote }),
         6 => (peer(), remote()).prop_map(|(peer, remote)| Action::AddAsync { peer, remote }),
         5 => peer().prop_map(|peer| Action::Remove { peer }),
-        40 => (op(), peer(), 1u8..=4, any::<u64>())
+        30 => (op(), peer(), 1u8..=4, any::<u64>())
             .prop_map(|(op, peer, blocks, pick)| Action::Transfer { op, peer, blocks, pick }),
+        14 => (op(), peer(), 1u8..=4, any::<u64>())
+            .prop_map(|(op, peer, blocks, pick)| Action::Notified { op, peer, blocks, pick }),
+        5 => (peer(), any::<u64>()).prop_map(|(peer, pick)| Action::Notify { peer, pick }),
+        10 => (0u8..4, sender())
+            .prop_map(|(target, from)| Action::Notifications { target, from }),
         6 => (op(), peer(), defect(), any::<u64>())
             .prop_map(|(op, peer, defect, pick)| Action::Invalid { op, peer, defect, pick }),
         12 => peer().prop_map(|p| Action::Poll { peer: Some(p) }),

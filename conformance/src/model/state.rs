@@ -134,3 +134,38 @@ pub(super) enum Gone {
     Forgotten,
     Closed,
 }
+
+/// A block a notified transfer lands, and the write that put it there: while no later write
+/// was planned on the block, it holds `stamp` from the moment the notification can arrive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Landing {
+    pub(super) space: usize,
+    pub(super) block: BlockIndex,
+    pub(super) stamp: u64,
+    /// The block's write number (see `Model::writes`) once this transfer was planned.
+    pub(super) write: u64,
+}
+
+/// Where a notification stands, as far as the model knows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum Fate {
+    /// Its transfer is in flight: it may arrive now, later, or never (if the transfer fails).
+    Open,
+    /// Its transfer was reported done: it must arrive, exactly once.
+    Owed,
+    /// Its transfer left with no verdict (why): it may arrive once, or never.
+    Undetermined(&'static str),
+    /// Its transfer was reported failed (how): it must never arrive.
+    Barred(String),
+}
+
+/// A notification a transfer (or a standalone `notify`) carries.
+pub(super) struct Note {
+    /// The remote it goes to.
+    pub(super) target: usize,
+    pub(super) what: String,
+    /// What the destination blocks hold once it can arrive (none for a standalone one).
+    pub(super) lands: Vec<Landing>,
+    pub(super) fate: Fate,
+    pub(super) drained: bool,
+}

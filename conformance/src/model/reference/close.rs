@@ -38,6 +38,7 @@ impl Model {
         for (id, x) in std::mem::take(&mut self.tracked) {
             self.forget_destinations(&x.lands);
             self.gone.insert(id, Gone::Closed);
+            self.note_left(id, "in flight at close");
             in_flight += 1;
         }
         Model::now(Then::Closed { settle, in_flight })

@@ -5,17 +5,19 @@
 //! and the registrations to settle first. Whatever the action alone determines, `apply`
 //! applies to the state at once. What the contract leaves to the backend (which id a post
 //! gets, what a poll or a cancel-wait reports) the runner hands back, and the model checks it
-//! and applies it: [`Model::track`], [`Model::absorb`], [`Model::cancelled`]. Nothing here
+//! and applies it: [`Model::track`], [`Model::absorb`], [`Model::cancelled`],
+//! [`Model::received`]. Nothing here
 //! touches a transport, a clock or a thread.
 
 mod close;
+mod notes;
 mod outcomes;
 mod peers;
 mod transfer;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use blockwire_core::{BlockIndex, PeerId, TransferId};
+use blockwire_core::{BlockIndex, Error, PeerId, TransferId};
 
 use super::Setup;
 use super::action::Action;
@@ -46,6 +48,20 @@ pub(super) struct Model {
     pub(super) next_stamp: u64,
     /// What each stamp was written as, to name a block's content in a report.
     pub(super) stamps: HashMap<u64, String>,
+    /// Per space, per block: the number of the last write planned on it (a fill or a
+    /// transfer's destination), so a notification's check knows whether its transfer's bytes
+    /// must still be there.
+    pub(super) writes: Vec<Vec<u64>>,
+    pub(super) next_write: u64,
+    /// The notifications sent, by the id of the transfer that carries them.
+    pub(super) notes: BTreeMap<TransferId, Note>,
+    /// Every message sent (unique per action), and the id that carries it.
+    pub(super) messages: HashMap<Vec<u8>, TransferId>,
+    /// The local transport's name: the sender of every notification.
+    pub(super) sender: String,
+    /// What a notified post or a `notify` returns when the backend carries no notifications
+    /// (`None`: it does).
+    pub(super) unsupported: Option<Error>,
 }
 
 impl Model {
@@ -58,6 +74,7 @@ impl Model {
                 .iter()
                 .map(|&n| vec![Content::Known(0); n as usize]),
         );
+        let writes = content.iter().map(|b| vec![0; b.len()]).collect();
         let peers = setup.peers.max(1);
         Model {
             num_blocks: setup.num_blocks,
@@ -75,6 +92,12 @@ impl Model {
             step: 0,
             next_stamp: 1,
             stamps: HashMap::new(),
+            writes,
+            next_write: 1,
+            notes: BTreeMap::new(),
+            messages: HashMap::new(),
+            sender: "local".into(),
+            unsupported: None,
         }
     }
 
@@ -93,7 +116,18 @@ impl Model {
                 peer,
                 blocks,
                 pick,
-            } => self.transfer(*op, self.peer_index(*peer), *blocks, *pick),
+            } => self.transfer(*op, self.peer_index(*peer), *blocks, *pick, None),
+            Action::Notified {
+                op,
+                peer,
+                blocks,
+                pick,
+            } => {
+                let message = self.message(*pick);
+                self.transfer(*op, self.peer_index(*peer), *blocks, *pick, Some(message))
+            }
+            Action::Notify { peer, pick } => self.notify(self.peer_index(*peer), *pick),
+            Action::Notifications { target, from } => self.notifications(*target, *from),
             Action::Invalid {
                 op,
                 peer,
@@ -230,3 +264,5 @@ impl Model {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_notes;

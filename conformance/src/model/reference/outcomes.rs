@@ -119,6 +119,7 @@ impl Model {
                 x.what
             ));
         }
+        self.note_reported(id, got.as_ref().map(|_| ()).map_err(|r| format!("{r:?}")))?;
         match got {
             Ok(()) => {
                 for &(space, block, content) in &x.lands {
@@ -181,6 +182,7 @@ impl Model {
                         self.forget_destinations(&x.lands);
                         self.detached.extend(x.touches.iter().copied());
                         self.gone.insert(id, Gone::Forgotten);
+                        self.note_left(id, "forgotten by cancel(Immediate)");
                         counted.forgotten += 1;
                     }
                 }
@@ -213,6 +215,7 @@ impl Model {
                     } else if let Some(x) = self.tracked.remove(&id) {
                         self.forget_destinations(&x.lands);
                         self.gone.insert(id, Gone::TakenByWait);
+                        self.note_left(id, "taken by cancel(Wait)");
                         counted.taken_by_wait += 1;
                     }
                 }

@@ -199,7 +199,8 @@ fn an_invalid_transfer_expects_its_defect() {
                 op: Op::Write,
                 peer: 0,
                 local: vec![],
-                remote: vec![]
+                remote: vec![],
+                message: None,
             },
             allowed: vec![Error::EmptyTransfer],
             nothing_tracked: true,

@@ -10,13 +10,22 @@ use super::super::state::*;
 use super::Model;
 
 impl Model {
-    pub(super) fn transfer(&mut self, op: Op, peer: usize, blocks: u8, pick: u64) -> Expected {
+    /// A valid transfer; with a `message`, the notified variant.
+    pub(super) fn transfer(
+        &mut self,
+        op: Op,
+        peer: usize,
+        blocks: u8,
+        pick: u64,
+        message: Option<Vec<u8>>,
+    ) -> Expected {
         let name = self.names[peer].clone();
         let zero = Call::Post {
             op,
             peer,
             local: vec![0],
             remote: vec![0],
+            message: message.clone(),
         };
         if self.closed {
             return Model::now(Then::Refused {
@@ -26,6 +35,16 @@ impl Model {
             });
         }
         let settle = self.resolve(peer);
+        if let (Some(e), Some(_)) = (&self.unsupported, &message) {
+            return Model::after(
+                settle,
+                Then::Refused {
+                    call: zero,
+                    allowed: vec![e.clone()],
+                    nothing_tracked: true,
+                },
+            );
+        }
         let Some(conn) = self.peers[peer].published else {
             return Model::after(
                 settle,
@@ -70,6 +89,7 @@ impl Model {
                 self.step
             ));
             self.content[src_space][b as usize] = Content::Known(stamp);
+            self.planned_write(src_space, b);
             fill.push(Fill {
                 space: src_space,
                 block: b,
@@ -80,12 +100,19 @@ impl Model {
             Op::Write => (srcs.clone(), dsts.clone()),
             Op::Read => (dsts.clone(), srcs.clone()),
         };
-        let what = format!("{op:?} {name} (r{remote}) local {l:?} remote {r:?}");
-        let lands = srcs
+        let notified = if message.is_some() { " notified" } else { "" };
+        let what = format!("{op:?}{notified} {name} (r{remote}) local {l:?} remote {r:?}");
+        let lands: Vec<(usize, BlockIndex, Content)> = srcs
             .iter()
             .zip(&dsts)
             .map(|(&s, &d)| (dst_space, d, self.content[src_space][s as usize]))
             .collect();
+        for &d in &dsts {
+            self.planned_write(dst_space, d);
+        }
+        let note = message
+            .clone()
+            .map(|message| self.plan_note(remote, message, &lands));
         let mut touches: Vec<(usize, BlockIndex)> = srcs.iter().map(|&b| (src_space, b)).collect();
         touches.extend(dsts.iter().map(|&b| (dst_space, b)));
         Model::after(
@@ -96,12 +123,14 @@ impl Model {
                 peer,
                 local: l,
                 remote: r,
+                message,
                 planned: Planned {
                     peer,
                     conn,
                     lands,
                     touches,
                     what,
+                    note,
                 },
             },
         )
@@ -115,6 +144,9 @@ impl Model {
     ) -> Result<(), String> {
         if self.tracked.contains_key(&id) || self.gone.contains_key(&id) {
             return Err(format!("transfer id {id} was issued twice"));
+        }
+        if let Some(note) = planned.note {
+            self.track_note(id, note, &planned.what);
         }
         self.tracked.insert(
             id,
@@ -195,6 +227,7 @@ impl Model {
             peer,
             local,
             remote,
+            message: None,
         };
         let (allowed, nothing_tracked) = if self.closed {
             (vec![Error::Closed], false)

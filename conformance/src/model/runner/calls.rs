@@ -13,10 +13,13 @@ impl<T: Transport> Runner<'_, T> {
         peer: &PeerId,
         local: &[BlockIndex],
         remote: &[BlockIndex],
+        message: Option<&[u8]>,
     ) -> Result<TransferId, Error> {
-        match op {
-            Op::Write => self.local.write_blocks(peer, local, remote),
-            Op::Read => self.local.read_blocks(peer, local, remote),
+        match (op, message) {
+            (Op::Write, None) => self.local.write_blocks(peer, local, remote),
+            (Op::Read, None) => self.local.read_blocks(peer, local, remote),
+            (Op::Write, Some(m)) => self.local.write_blocks_notify(peer, local, remote, m),
+            (Op::Read, Some(m)) => self.local.read_blocks_notify(peer, local, remote, m),
         }
     }
 
@@ -61,11 +64,35 @@ impl<T: Transport> Runner<'_, T> {
                 peer,
                 local,
                 remote,
+                message,
             } => (
-                format!("{op:?} {} local {local:?} remote {remote:?}", names[*peer]),
-                self.post(*op, &names[*peer], local, remote)
+                format!(
+                    "{op:?} {} local {local:?} remote {remote:?}{}",
+                    names[*peer],
+                    message
+                        .as_ref()
+                        .map_or(String::new(), |m| format!(" notify {} bytes", m.len()))
+                ),
+                self.post(*op, &names[*peer], local, remote, message.as_deref())
                     .map(|id| format!("{id:?}")),
             ),
+            Call::Notify { peer, message } => (
+                format!("notify {} {} bytes", names[*peer], message.len()),
+                self.local
+                    .notify(&names[*peer], message)
+                    .map(|id| format!("{id:?}")),
+            ),
+            Call::Notifications { target, from } => {
+                let from = self.source(*from);
+                let got = match target {
+                    Some(r) => self.remotes[*r].notifications(from.as_deref()),
+                    None => self.local.notifications(from.as_deref()),
+                };
+                (
+                    format!("notifications({from:?}) at {target:?}"),
+                    got.map(|n| format!("{} notifications", n.len())),
+                )
+            }
             Call::Poll { peer } => {
                 let name = peer.map(|p| &names[p]);
                 (

@@ -27,6 +27,8 @@ impl<T: Transport> Runner<'_, T> {
             return Err(format!("peers() is {peers:?} after close, expected []"));
         }
         expect_refused(self.local.descriptor(), &Error::Closed)?;
+        expect_refused(self.local.notifications(None), &Error::Closed)
+            .map_err(|e| format!("notifications(None) after close {e}"))?;
         self.verify("after close")
     }
 
@@ -37,17 +39,31 @@ impl<T: Transport> Runner<'_, T> {
         got.map_err(|e| format!("close after close returned Err({e:?}), expected Ok"))
     }
 
-    /// Drains and closes (unless closed), closes the remotes, and checks that every backend
-    /// released every peer and transfer.
+    /// Drains (unless closed), drains every notification owed, leaves one more queued at
+    /// each published peer's target, closes (unless closed), closes the remotes (which
+    /// discard what is queued), and checks that every backend released every peer and
+    /// transfer.
     pub(in crate::model) fn finish(mut self) -> Result<Report, String> {
         if !self.model.closed {
+            self.step(&Action::Drain)?;
+        }
+        self.drain_notes()?;
+        if !self.model.closed {
+            for peer in 0..self.model.names.len() {
+                let pick = peer as u64;
+                let notify = Action::Notify {
+                    peer: peer as u8,
+                    pick,
+                };
+                self.trace.push(format!("end: {}", notify.to_json()));
+                self.step(&notify)?;
+            }
             self.step(&Action::Drain)?;
             self.step(&Action::Close)?;
         }
         self.verify("after close")?;
-        for (i, r) in self.remotes.iter().enumerate() {
-            r.close()
-                .map_err(|e| format!("closing remote r{i}: {e:?}"))?;
+        for r in 0..self.remotes.len() {
+            self.close_target(r)?;
         }
         let deadline = Instant::now() + self.setup.timeout;
         loop {

@@ -6,13 +6,14 @@
 mod blocks;
 mod calls;
 mod close;
+mod notes;
 mod peers;
 mod transfer;
 
 use std::collections::HashMap;
 
 use blockwire::{Registration, Transport};
-use blockwire_core::{Error, PeerDescriptor};
+use blockwire_core::{Error, PeerDescriptor, PeerId};
 
 use super::action::Action;
 use super::expected::{Expected, HandleId, Then};
@@ -62,12 +63,28 @@ impl<'s, T: Transport> Runner<'s, T> {
             descs.push(r.descriptor().map_err(|e| e.report())?);
             remotes.push(r);
         }
+        let mut model = Model::new(setup);
+        model.sender = local.name().to_owned();
+        // Whether notifications are carried, and the exact refusal when they are not: a
+        // notification to a peer nobody added is refused for that first.
+        let probe = local.notify(&PeerId::from("model-probe"), b"");
+        match (local.capabilities().notifications, probe) {
+            (true, Err(Error::UnknownPeer(_))) => {}
+            (false, Err(e @ Error::Unsupported { .. })) => model.unsupported = Some(e),
+            (caps, got) => {
+                return Err(format!(
+                    "notify to a peer nobody added returned {got:?}, expected \
+                     Err(UnknownPeer) where the backend carries notifications, \
+                     Err(Unsupported) where not (capabilities say {caps})"
+                ));
+            }
+        }
         Ok(Runner {
             setup,
             local,
             remotes,
             descs,
-            model: Model::new(setup),
+            model,
             handles: HashMap::new(),
             report: Report::default(),
             trace: Vec::new(),
@@ -113,11 +130,18 @@ impl<'s, T: Transport> Runner<'s, T> {
                 peer,
                 local,
                 remote,
+                message,
                 planned,
             } => {
                 self.fill(&fill)?;
-                self.posted(op, peer, &local, &remote, planned)
+                self.posted(op, peer, &local, &remote, message.as_deref(), planned)
             }
+            Then::Notified {
+                peer,
+                message,
+                planned,
+            } => self.notified(peer, &message, planned),
+            Then::Drank { target, from } => self.drank(target, from),
             Then::Polled { peer } => self.polled(peer),
             Then::Cancelled { ids, mode } => self.cancelled(&ids, mode),
             Then::Drained { published } => self.drained(&published),

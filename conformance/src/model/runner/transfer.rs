@@ -16,13 +16,17 @@ impl<T: Transport> Runner<'_, T> {
         peer: usize,
         local: &[BlockIndex],
         remote: &[BlockIndex],
+        message: Option<&[u8]>,
         planned: Planned,
     ) -> Step {
-        let got = self.post(op, &self.model.names[peer], local, remote);
+        let got = self.post(op, &self.model.names[peer], local, remote, message);
         self.trace.push(format!("  {}: {got:?}", planned.what));
         let id = got.map_err(|e| format!("a valid transfer was refused: {e:?}"))?;
         self.model.track(id, planned)?;
         self.report.posted += 1;
+        if message.is_some() {
+            self.report.notified += 1;
+        }
         Ok(())
     }
 
