@@ -187,11 +187,14 @@ impl<B: Backend> Tracked<B> {
             spent,
             probe,
         } = self;
+        // A notification delivered while its peer was being removed: the target was told, so
+        // the transfer is done whatever the remove said (found by the model-based test).
+        let delivered = matches!(stage, Stage::Notify) && matches!(outcome, Some(XferState::Done));
         match backend.release(xfer) {
             Ok(()) => Ok(Released {
                 conn,
                 outcome,
-                removed,
+                removed: removed && !delivered,
                 probe,
             }),
             Err(xfer) => Err(Tracked {
