@@ -13,15 +13,15 @@ use crate::{Dram, address, notify};
 /// Numbers the agents of backends opened without a transport name.
 static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
 
-/// The agent's name: the transport's, or for a backend opened without a transport (whose
-/// options say `"blockwire"`), one unique to this backend.
+/// The agent's name: the transport's, or for a backend opened without a transport, one
+/// unique to this backend.
 pub(crate) fn agent_name(options: &BackendOptions) -> String {
-    let name = options.name();
-    if name == BackendOptions::new().name() {
-        let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
-        format!("{name}-{}-{n}", std::process::id())
-    } else {
-        name.to_owned()
+    match options.name() {
+        Some(name) => name.to_owned(),
+        None => {
+            let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
+            format!("blockwire-{}-{n}", std::process::id())
+        }
     }
 }
 

@@ -87,7 +87,7 @@ impl BackendOptions {
     /// use blockwire_core::{BackendOptions, kit::Inbox};
     /// let inbox = Inbox::new(16);
     /// let o = BackendOptions::new().with_identity("decode-0", inbox.clone());
-    /// assert_eq!(o.name(), "decode-0");
+    /// assert_eq!(o.name(), Some("decode-0"));
     /// assert_eq!(o.inbox(), inbox);
     /// assert!(o.is_empty()); // not a key
     /// ```
@@ -96,13 +96,16 @@ impl BackendOptions {
         self
     }
 
-    /// The transport's name: `"blockwire"` for a backend opened without a transport.
+    /// The transport's name; `None` for a backend opened without a transport.
     ///
     /// ```
-    /// assert_eq!(blockwire_core::BackendOptions::new().name(), "blockwire");
+    /// use blockwire_core::{BackendOptions, kit::Inbox};
+    /// assert_eq!(BackendOptions::new().name(), None);
+    /// let o = BackendOptions::new().with_identity("decode-0", Inbox::new(1));
+    /// assert_eq!(o.name(), Some("decode-0"));
     /// ```
-    pub fn name(&self) -> &str {
-        self.identity.as_ref().map_or("blockwire", |(n, _)| n)
+    pub fn name(&self) -> Option<&str> {
+        self.identity.as_ref().map(|(n, _)| n.as_str())
     }
 
     /// The inbox arriving notifications go to: the transport's, or for a backend opened
