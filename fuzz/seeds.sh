@@ -20,11 +20,12 @@ u32() { le 4 "$1"; }
 u64() { le 8 "$1"; }
 str() { printf '%s' "$1"; }
 
-# desc KIND FINGERPRINT BASE NUM_BLOCKS BLOCK_LEN ADDRESS_ESCAPES: an encoded descriptor.
+# desc KIND FINGERPRINT BASE NUM_BLOCKS BLOCK_LEN ADDRESS_ESCAPES [NAME]: an encoded descriptor
+# (format version 2: the transport's name follows the fingerprint).
 desc() {
-    local addr
+    local addr name=${7:-}
     addr=$(printf "$6" | wc -c)
-    printf "BWPD$(u16 1)$(u8 ${#1})$(str "$1")$(u8 ${#2})$(str "$2")$(u64 "$3")$(u32 "$4")$(u64 "$5")$(u32 "$addr")$6"
+    printf "BWPD$(u16 2)$(u8 ${#1})$(str "$1")$(u8 ${#2})$(str "$2")$(u8 ${#name})$(str "$name")$(u64 "$3")$(u32 "$4")$(u64 "$5")$(u32 "$addr")$6"
 }
 # An shm address (as printf escapes): magic, pid, start time, token, identity record address.
 shm_addr() { printf '%s' "SHM1$(u32 "$1")$(u64 "$2")$(u64 "$3")$(u64 "$4")"; }
@@ -37,6 +38,8 @@ desc shm 0123456789abcdef $((0x7f0000000000)) 16 4096 "$(shm_addr 4242 987654 3 
 desc ucx "" $((0x200000)) 1024 65536 '\x01\x02\x03\x04\x05\x06\x07\x08' | out $t valid-ucx
 desc nixl ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff 0 4 64 'agent' | out $t valid-long-fingerprint
 desc shm "" $((0x1000)) 4 64 "" | head -c 20 | out $t truncated
+desc shm "" $((0x1000)) 4 64 "" prefill-0 | out $t valid-named
+desc shm "" $((0x1000)) 4 64 "" $'bad\x01name' | out $t bad-name
 printf 'BWPX\x01\x00' | out $t bad-magic
 printf "BWPD$(u16 2)" | out $t version-2
 { desc shm "" $((0x1000)) 1 1 ""; printf '\x00'; } | out $t trailing-byte
@@ -44,7 +47,7 @@ desc shm "" 0 $((0xffffffff)) $((0x7fffffffffffffff)) "" | out $t size-overflow
 desc shm "" -100 1 4096 "" | out $t end-overflow
 desc shm "" $((0x1000)) 0 64 "" | out $t zero-blocks
 desc "Sh M" XYZ $((0x1000)) 1 64 "" | out $t bad-kind-fingerprint
-printf "BWPD$(u16 1)$(u8 3)shm$(u8 0)$(u64 4096)$(u32 1)$(u64 1)$(u32 0xffffffff)" | out $t huge-address-length
+printf "BWPD$(u16 2)$(u8 3)shm$(u8 0)$(u8 0)$(u64 4096)$(u32 1)$(u64 1)$(u32 0xffffffff)" | out $t huge-address-length
 
 # add_remote_peer: first byte 0 = descriptor bytes, 1 = template with this shm address,
 # 2 = template XOR the rest (address, base, blocks, block length; all zero = unchanged),

@@ -33,6 +33,10 @@ pub struct Spec {
     pub max_consecutive_failures: u32,
     /// The stall watchdog's clock (`TransportOptions::clock`); `None`: the system clock.
     pub clock: Option<Arc<dyn Clock>>,
+    /// `TransportOptions::notification_capacity`; `None`: the default.
+    pub notification_capacity: Option<usize>,
+    /// `TransportOptions::telemetry`.
+    pub telemetry: bool,
 }
 
 impl Spec {
@@ -50,6 +54,8 @@ impl Spec {
             stall_timeout: Some(blockwire::DEFAULT_STALL_TIMEOUT),
             max_consecutive_failures: blockwire::DEFAULT_MAX_CONSECUTIVE_FAILURES,
             clock: None,
+            notification_capacity: None,
+            telemetry: false,
         }
     }
 
@@ -97,6 +103,27 @@ impl Spec {
         self
     }
 
+    /// With an inbox capacity (`TransportOptions::notification_capacity`).
+    ///
+    /// ```
+    /// let s = blockwire_conformance::Spec::new(1, 64).with_notification_capacity(2);
+    /// assert_eq!(s.notification_capacity, Some(2));
+    /// ```
+    pub fn with_notification_capacity(mut self, capacity: usize) -> Self {
+        self.notification_capacity = Some(capacity);
+        self
+    }
+
+    /// With telemetry on (`TransportOptions::telemetry`).
+    ///
+    /// ```
+    /// assert!(blockwire_conformance::Spec::new(1, 64).with_telemetry(true).telemetry);
+    /// ```
+    pub fn with_telemetry(mut self, on: bool) -> Self {
+        self.telemetry = on;
+        self
+    }
+
     /// With the stall watchdog reading `clock` (a [`blockwire::ManualClock`] lets a case
     /// advance it instead of sleeping).
     ///
@@ -128,6 +155,11 @@ impl Spec {
             .with_stall_timeout(self.stall_timeout)
             .with_max_consecutive_failures(self.max_consecutive_failures)
             .with_backend_options(backend);
+        let options = options.with_telemetry(self.telemetry);
+        let options = match self.notification_capacity {
+            Some(capacity) => options.with_notification_capacity(capacity),
+            None => options,
+        };
         match &self.clock {
             Some(clock) => options.with_clock(Arc::clone(clock)),
             None => options,

@@ -45,6 +45,13 @@ pub mod model;
     feature = "libfabric",
     feature = "nixl"
 ))]
+pub mod notify_across;
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
 pub mod peer;
 mod support;
 #[cfg(any(
@@ -72,7 +79,7 @@ pub use fixture::{BackendFactory, Faulty, Fixture, Opened, Plain, Setting, Spec}
 /// assert!(all.iter().any(|c| c.needs.read));
 /// assert!(all.iter().any(|c| c.needs.disconnect));
 /// assert!(all.iter().any(|c| c.needs.revoke));
-/// let anywhere = Needs { faults: false, read: false, disconnect: false, revoke: false };
+/// let anywhere = Needs { faults: false, read: false, disconnect: false, revoke: false, notify: false };
 /// assert_eq!(Needs::default(), anywhere);
 /// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -85,6 +92,8 @@ pub struct Needs {
     pub disconnect: bool,
     /// Revocation of remote access at close ([`blockwire::Capabilities::revoke`]).
     pub revoke: bool,
+    /// Notifications ([`blockwire::Capabilities::notifications`]).
+    pub notify: bool,
 }
 
 /// One case of the suite.
@@ -247,6 +256,12 @@ fn skip_reason<F: Fixture>(fx: &F, needs: Needs) -> Option<String> {
             "{}: close cannot stop a same-host peer that copies straight into the region \
              (Capabilities::revoke)",
             fx.name()
+        ));
+    }
+    if needs.notify && !probe.transport.capabilities().notifications {
+        return Some(format!(
+            "backend {} does not carry notifications (Capabilities::notifications)",
+            probe.transport.backend_kind()
         ));
     }
     None

@@ -264,3 +264,48 @@ fn nixl_target_side() {
         .expect("spawn blockwire-nixl-peer");
     assert!(status.success(), "target side, nixl: {status}");
 }
+
+/// Notifications across processes (see `blockwire_conformance::notify_across`) for one backend
+/// setting: each direction, and a notification to a target that closed.
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+fn notifications(backend: &str, opts: &str) {
+    let report = blockwire_conformance::notify_across::notifications_with(
+        blockwire_conformance::peer::open_any,
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        backend,
+        opts,
+        DEAD_PEER_BOUND,
+    )
+    .unwrap_or_else(|e| panic!("notifications, {backend} {opts}: {e}"));
+    eprintln!("notifications, {backend} {opts:?}: {report:?}");
+}
+
+#[cfg(feature = "shm")]
+#[test]
+fn shm_notifications() {
+    notifications("shm", "");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_tcp_notifications() {
+    notifications("ucx", "tls=tcp");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_shm_notifications() {
+    notifications("ucx", "tls=posix,cma,peer_errors=false");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_tcp_notifications() {
+    notifications("libfabric", "provider=tcp,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_shm_notifications() {
+    notifications("libfabric", "provider=shm");
+}

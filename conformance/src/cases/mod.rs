@@ -6,12 +6,14 @@ mod concurrency;
 mod data;
 mod failures;
 mod ids;
+mod notifications;
 mod peer_fault;
 mod peers;
 mod polling;
 mod registration;
 mod remove;
 mod target;
+mod telemetry;
 mod validation;
 
 use crate::{Case, Fixture, Needs};
@@ -21,6 +23,7 @@ const PLAIN: Needs = Needs {
     read: false,
     disconnect: false,
     revoke: false,
+    notify: false,
 };
 const FAULTS: Needs = Needs {
     faults: true,
@@ -36,6 +39,20 @@ const DISCONNECT: Needs = Needs {
 };
 const REVOKE: Needs = Needs {
     revoke: true,
+    ..PLAIN
+};
+const NOTIFY: Needs = Needs {
+    notify: true,
+    ..PLAIN
+};
+const NOTIFY_READ: Needs = Needs {
+    notify: true,
+    read: true,
+    ..PLAIN
+};
+const NOTIFY_FAULTS: Needs = Needs {
+    notify: true,
+    faults: true,
     ..PLAIN
 };
 const READ_REVOKE: Needs = Needs {
@@ -121,6 +138,22 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(target::close_during_long_transfers, REVOKE),
         case!(target::dropped_before_and_during_transfers, PLAIN),
         case!(concurrency::threads_per_peer_with_churn, PLAIN),
+        case!(notifications::names_are_unique_and_described, PLAIN),
+        case!(notifications::write_notification_follows_the_data, NOTIFY),
+        case!(
+            notifications::read_notification_reaches_the_producer,
+            NOTIFY_READ
+        ),
+        case!(notifications::standalone_notifications_arrive_once, NOTIFY),
+        case!(notifications::drained_per_sender, NOTIFY),
+        case!(notifications::bad_input_sends_nothing, NOTIFY),
+        case!(notifications::failed_transfer_sends_none, NOTIFY_FAULTS),
+        case!(notifications::cancelled_transfer_sends_none, NOTIFY_FAULTS),
+        case!(notifications::removed_peer_gets_none, NOTIFY_FAULTS),
+        case!(notifications::undelivered_notification_fails, NOTIFY_FAULTS),
+        case!(notifications::closed_target_discards_and_refuses, NOTIFY),
+        case!(notifications::full_inbox_counts_drops, NOTIFY),
+        case!(telemetry::records_and_counters, PLAIN),
     ]
 }
 

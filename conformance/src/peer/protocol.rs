@@ -85,6 +85,41 @@ pub enum Request {
         /// The pattern's seed.
         seed: u8,
     },
+    /// Posts a transfer that carries a notification (`message`): [`Reply::Id`], or
+    /// [`Reply::Refused`]; [`Request::Settle`] waits for it like for a plain one.
+    PostNotify {
+        /// WRITE or READ.
+        #[serde(with = "OpDef")]
+        op: Op,
+        /// The peer name.
+        name: String,
+        /// `(local, remote)` pairs.
+        pairs: Vec<Pair>,
+        /// The notification's message.
+        message: Vec<u8>,
+    },
+    /// Posts a standalone notification: [`Reply::Id`] or [`Reply::Refused`].
+    Notify {
+        /// The peer name.
+        name: String,
+        /// The message.
+        message: Vec<u8>,
+    },
+    /// Drains notifications from `from` (a sender's transport name; `None`: any) until `count`
+    /// arrived or `ms` passed: [`Reply::Notified`]. At the first that arrives, checks the
+    /// blocks as [`Request::Verify`] would with `seed` and `written` (none: no check).
+    AwaitNotifications {
+        /// The sender, or any.
+        from: Option<String>,
+        /// How many to wait for.
+        count: usize,
+        /// The longest wait, in milliseconds.
+        ms: u64,
+        /// The written pattern's seed.
+        seed: u8,
+        /// `(block, source)` pairs the first notification vouches for.
+        written: Vec<Pair>,
+    },
     /// Closes and exits 0, without a reply.
     Quit,
 }
@@ -144,6 +179,13 @@ pub enum Reply {
     Holds {
         /// Blocks holding the pattern.
         blocks: usize,
+    },
+    /// What a [`Request::AwaitNotifications`] drained.
+    Notified {
+        /// `(sender, message)`, in drain order.
+        notices: Vec<(String, Vec<u8>)>,
+        /// Blocks that did not hold what the first notification vouched for when it arrived.
+        bad_blocks: Vec<u32>,
     },
     /// The peer failed and exits with status 1.
     Err {
@@ -275,6 +317,23 @@ mod tests {
             Request::DropAccess,
             Request::Close { seed: 202 },
             Request::Holds { seed: 0 },
+            Request::PostNotify {
+                op: Op::Read,
+                name: "p".into(),
+                pairs: vec![(1, 2)],
+                message: b"free 2".to_vec(),
+            },
+            Request::Notify {
+                name: "p".into(),
+                message: vec![],
+            },
+            Request::AwaitNotifications {
+                from: Some("a".into()),
+                count: 2,
+                ms: 100,
+                seed: 1,
+                written: vec![(3, 1)],
+            },
             Request::Quit,
         ];
         for r in requests {
@@ -301,6 +360,10 @@ mod tests {
                 elapsed_ms: 10_000,
             },
             Reply::Holds { blocks: 16 },
+            Reply::Notified {
+                notices: vec![("a".into(), b"x\n".to_vec())],
+                bad_blocks: vec![],
+            },
             Reply::Err {
                 message: "line one\nline two".into(),
             },

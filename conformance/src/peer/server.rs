@@ -104,7 +104,24 @@ impl Served {
                 wait_done(&*self.t, &peer, &[id]);
                 Ok(Reply::Ok)
             }
-            Request::Post { op, name, pairs } => self.post(op, &PeerId::from(name), &pairs),
+            Request::Post { op, name, pairs } => self.post(op, &PeerId::from(name), &pairs, None),
+            Request::PostNotify {
+                op,
+                name,
+                pairs,
+                message,
+            } => self.post(op, &PeerId::from(name), &pairs, Some(&message)),
+            Request::Notify { name, message } => {
+                let posted = self.t.notify(&PeerId::from(name), &message);
+                self.posted_or_refused(posted)
+            }
+            Request::AwaitNotifications {
+                from,
+                count,
+                ms,
+                seed,
+                written,
+            } => self.await_notifications(from.as_deref(), count, ms, seed, &written),
             Request::Settle { ms } => self.settle(Duration::from_millis(ms)),
             Request::DropAccess => drop_access().map(|()| Reply::Ok),
             Request::Close { seed } => {
@@ -134,12 +151,51 @@ impl Served {
         })
     }
 
-    fn post(&mut self, op: Op, peer: &PeerId, pairs: &[Pair]) -> Fallible<Reply> {
+    fn post(
+        &mut self,
+        op: Op,
+        peer: &PeerId,
+        pairs: &[Pair],
+        message: Option<&[u8]>,
+    ) -> Fallible<Reply> {
         let (local, remote): (Vec<u32>, Vec<u32>) = pairs.iter().copied().unzip();
-        let posted = match op {
-            Op::Write => self.t.write_blocks(peer, &local, &remote),
-            Op::Read => self.t.read_blocks(peer, &local, &remote),
+        let posted = match (op, message) {
+            (Op::Write, None) => self.t.write_blocks(peer, &local, &remote),
+            (Op::Read, None) => self.t.read_blocks(peer, &local, &remote),
+            (Op::Write, Some(m)) => self.t.write_blocks_notify(peer, &local, &remote, m),
+            (Op::Read, Some(m)) => self.t.read_blocks_notify(peer, &local, &remote, m),
         };
+        self.posted_or_refused(posted)
+    }
+
+    fn await_notifications(
+        &self,
+        from: Option<&str>,
+        count: usize,
+        ms: u64,
+        seed: u8,
+        written: &[Pair],
+    ) -> Fallible<Reply> {
+        let deadline = Instant::now() + Duration::from_millis(ms);
+        let mut notices = Vec::new();
+        let mut bad_blocks = Vec::new();
+        while notices.len() < count && Instant::now() < deadline {
+            let got = self.t.notifications(from).map_err(|e| e.report())?;
+            if notices.is_empty() && !got.is_empty() && !written.is_empty() {
+                if let Reply::Fail { blocks } = self.verify(seed, written)? {
+                    bad_blocks = blocks;
+                }
+            }
+            notices.extend(got.into_iter().map(|n| (n.sender, n.message)));
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(Reply::Notified {
+            notices,
+            bad_blocks,
+        })
+    }
+
+    fn posted_or_refused(&mut self, posted: blockwire::Result<TransferId>) -> Fallible<Reply> {
         match posted {
             Ok(id) => {
                 self.posted.push(id);

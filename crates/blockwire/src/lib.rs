@@ -43,6 +43,7 @@ pub mod fingerprint;
 mod options;
 mod region;
 mod registration;
+pub mod telemetry;
 mod transport;
 
 #[cfg(any_backend)]
@@ -53,7 +54,7 @@ pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
     Capabilities, DescriptorError, Error, FailureReason, MAX_NAME_LEN, MAX_NOTIFICATION_LEN,
     Notification, Op, OpenBackend, OsError, PeerDescriptor, PeerFault, PeerId, PollResult,
-    RegionSpan, RegisteredRegion, Result, TransferId, XferState,
+    RegionSpan, RegisteredRegion, Result, TransferId, TransferKind, TransferRecord, XferState,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use options::{
@@ -62,4 +63,5 @@ pub use options::{
 };
 pub use region::{REGION_ALIGN, Region};
 pub use registration::Registration;
+pub use telemetry::{LatencySummary, PeerTelemetry, TelemetrySnapshot};
 pub use transport::Transport;

@@ -72,7 +72,7 @@ pub struct TransportOptions {
     /// How many arrived notifications wait to be drained at most, all senders together; one
     /// arriving beyond is dropped and counted (see [`blockwire_core::kit::Inbox`]).
     pub notification_capacity: usize,
-    /// Telemetry per transfer and per peer ([`crate::Telemetry`]): off by default, and free
+    /// Telemetry per transfer and per peer ([`crate::telemetry`]): off by default, and free
     /// when off (no clock is read, nothing recorded).
     pub telemetry: bool,
 }

@@ -7,7 +7,7 @@ use blockwire_core::{
 };
 use enum_dispatch::enum_dispatch;
 
-use crate::{Region, Registration};
+use crate::{Region, Registration, TelemetrySnapshot};
 // enum_dispatch writes the dispatching impl here, naming the enum and its variants' types.
 #[cfg(any(
     feature = "shm",
@@ -57,6 +57,13 @@ use crate::{AnyTransport, BlockTransport};
 /// | `R-CLOSE` | [`close`](Transport::close) | idempotent; stops registrations (each pending one resolves `Err(Closed)`, none is published), cancels, waits (bounded by [`TransportOptions::close_timeout`](crate::TransportOptions::close_timeout)) for running transfers, releases every peer; every later call is `Err(Closed)`; drop closes |
 /// | `R-CLOSE-REAPER` | [`close`](Transport::close) | a transfer still running at the deadline is handed to a reaper that frees it, and the memory it may touch, only once it stops, never under it, and revokes then (logged) |
 /// | `R-CLOSE-REVOKE` | [`close`](Transport::close) | revokes every peer's access to the region before it returns: afterwards no peer's WRITE lands in it and no peer's READ reads it, so caller-owned memory may be freed ([`Capabilities::revoke`](crate::Capabilities::revoke); SECURITY.md says how, per backend); the peers' transfers fail or are refused, and a peer that goes away never crashes this transport |
+/// | `R-TELEMETRY` | [`poll`](Transport::poll), [`telemetry`](Transport::telemetry) | off by default: no record, no snapshot; on, each id a poll reports comes with its [`TransferRecord`](blockwire_core::TransferRecord) in [`PollResult::records`] (kind, blocks, bytes, time in the submit call, time until reported, outcome), and the snapshot's per-peer counters (transfers, done, failed by reason, cancelled, bytes) and latency counts agree with what was reported |
+/// | `R-NAME` | [`name`](Transport::name), [`descriptor`](Transport::descriptor) | every transport has a name, carried in its descriptor: the one `TransportOptions::name` gives (refused at open, `BadName`, if empty, over 128 bytes or holding a control character), else one generated at open, unique across transports |
+/// | `R-NOTIFY-CHECK` | [`write_blocks_notify`](Transport::write_blocks_notify), [`read_blocks_notify`](Transport::read_blocks_notify), [`notify`](Transport::notify) | validate like a post, and refuse a message over [`MAX_NOTIFICATION_LEN`](blockwire_core::MAX_NOTIFICATION_LEN) (4 KiB) with `NotificationTooLong`; either way nothing moves, nothing is tracked, nothing reaches the peer |
+/// | `R-NOTIFY-AFTER-DATA` | [`write_blocks_notify`](Transport::write_blocks_notify), [`read_blocks_notify`](Transport::read_blocks_notify) | the notification reaches the transfer's target (for a READ, the peer whose blocks were read), from this transport's name, only once every byte of the transfer is in place: a target that drains it and then reads the blocks sees the new bytes; the target need not have added the sender as a peer |
+/// | `R-NOTIFY-DONE` | [`poll`](Transport::poll) | a transfer carrying a notification is done only once its notification was delivered; one that fails, is cancelled, or whose peer is removed before its data is in place delivers none; one whose data landed but whose notification was not delivered fails, `NotificationUndelivered` |
+/// | `R-NOTIFY-ALONE` | [`notify`](Transport::notify) | a standalone notification to a connected peer is tracked like a transfer: done once delivered, failed if it cannot be |
+/// | `R-NOTIFY-DRAIN` | [`notifications`](Transport::notifications) | drains the notifications of one sender, or of all, each exactly once; draining one sender leaves the others' queued; never blocks; the queue is bounded (`TransportOptions::notification_capacity`) and what it drops when full is counted ([`notification_stats`](Transport::notification_stats)), never silently; `close` discards what is queued, counted |
 ///
 /// # Examples
 ///
@@ -552,6 +559,25 @@ pub trait Transport: Send + Sync {
     /// # Ok::<(), blockwire::Error>(())
     /// ```
     fn notification_stats(&self) -> InboxStats;
+
+    /// With telemetry on (`TransportOptions::telemetry`), every peer's figures so far:
+    /// counters (transfers, done, failed by reason, cancelled, bytes) and latency percentiles;
+    /// `None` when it is off. Per-transfer records come with the poll result that reports
+    /// each transfer ([`PollResult::records`]); the `metrics` facade gets the same figures
+    /// (names in [`crate::telemetry`]).
+    ///
+    /// ```
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(2, 64)?, TransportOptions::default().with_telemetry(true))?;
+    /// let b = open("shm", Region::new(2, 64)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let id = a.notify(&p, b"hi")?;
+    /// while !a.poll(Some(&p))?.done.contains(&id) {}
+    /// assert_eq!(a.telemetry().expect("on").peer(&p).expect("b").done, 1);
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn telemetry(&self) -> Option<TelemetrySnapshot>;
 
     /// Published peers, sorted.
     ///

@@ -35,6 +35,7 @@ pub mod kit;
 mod notification;
 mod open;
 mod options;
+mod record;
 mod registered;
 mod span;
 mod xfer;
@@ -48,6 +49,7 @@ pub use notification::{
 };
 pub use open::OpenBackend;
 pub use options::{BackendOptions, DEFAULT_STALL_TIMEOUT};
+pub use record::{TransferKind, TransferRecord};
 pub use registered::RegisteredRegion;
 pub use span::{BlockPair, RegionSpan};
 pub use xfer::{CancelMode, FailureReason, Op, PeerFault, PollResult, XferState};

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::TransferId;
+use crate::{TransferId, TransferRecord};
 
 /// Direction of a transfer, seen from the side that posts it.
 ///
@@ -75,6 +75,24 @@ pub enum FailureReason {
 }
 
 impl FailureReason {
+    /// A short name of the reason's kind, for metric labels and counters: `peer_removed`,
+    /// `remote_disconnect`, `aborted`, `backend`, `state_check`, `notification_undelivered`.
+    ///
+    /// ```
+    /// use blockwire_core::FailureReason;
+    /// assert_eq!(FailureReason::Aborted.label(), "aborted");
+    /// ```
+    pub fn label(&self) -> &'static str {
+        match self {
+            FailureReason::PeerRemoved => "peer_removed",
+            FailureReason::RemoteDisconnect(_) => "remote_disconnect",
+            FailureReason::Aborted => "aborted",
+            FailureReason::Backend(_) => "backend",
+            FailureReason::StateCheck(_) => "state_check",
+            FailureReason::NotificationUndelivered(_) => "notification_undelivered",
+        }
+    }
+
     /// Whether this is a [`FailureReason::RemoteDisconnect`].
     ///
     /// ```
@@ -152,6 +170,9 @@ pub struct PollResult {
     /// every such poll after, until the peer is removed (or registered again); posts to it
     /// are refused with the same fault. `None` while the peer is healthy, and on `poll(None)`.
     pub peer_fault: Option<PeerFault>,
+    /// With telemetry on (`TransportOptions::telemetry`), a record of each transfer reported
+    /// here, done or failed, in id order; empty otherwise.
+    pub records: Vec<TransferRecord>,
 }
 
 impl PollResult {
@@ -183,7 +204,7 @@ impl PollResult {
     /// let r = PollResult {
     ///     done: vec![TransferId(2)],
     ///     failed: vec![(TransferId(1), FailureReason::Aborted)],
-    ///     peer_fault: None,
+    ///     ..PollResult::default()
     /// };
     /// assert_eq!(r.ids().collect::<Vec<_>>(), vec![TransferId(2), TransferId(1)]);
     /// ```
@@ -205,6 +226,7 @@ impl PollResult {
     pub fn extend(&mut self, other: PollResult) {
         self.done.extend(other.done);
         self.failed.extend(other.failed);
+        self.records.extend(other.records);
         if self.peer_fault.is_none() {
             self.peer_fault = other.peer_fault;
         }

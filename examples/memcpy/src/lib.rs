@@ -6,7 +6,9 @@
 //! (validation, generations, per-peer polling, cancel modes, close) is `BlockTransport`'s.
 //! Here a post checks its blocks and queues the copy for the backend's copy thread (a post
 //! never waits for the bytes); the thread ends each transfer's [`TransferCell`] from the kit,
-//! which `state` reads and `release` consults (busy until the copy ended).
+//! which `state` reads and `release` consults (busy until the copy ended). A notification is
+//! one more job for the same thread: it hands the frame to the peer's inbox (the transport
+//! sends it only once the transfer it goes with is done).
 //!
 //! ```
 //! use blockwire::{BlockTransport, Region, Transport, TransportOptions};
@@ -27,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
 
-use blockwire_core::kit::{Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{Delivery, Inbox, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, BlockPair,
     Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan,
@@ -43,6 +45,8 @@ static NEXT_TOKEN: AtomicU64 = AtomicU64::new(1);
 struct Shared {
     span: RegionSpan,
     revoked: RwLock<bool>,
+    /// Where peers' notifications go: the transport's inbox.
+    inbox: Inbox,
 }
 
 /// The memcpy backend over one region.
@@ -68,6 +72,8 @@ struct Job {
     here: Arc<Shared>,
     there: Arc<Shared>,
     pairs: Vec<BlockPair>,
+    /// A notification's frame, for a notification job (no pairs then).
+    frame: Option<Arc<[u8]>>,
 }
 
 impl Job {
@@ -76,6 +82,14 @@ impl Job {
         let revoked = self.there.revoked.read();
         if *revoked {
             return Err(FailureReason::RemoteDisconnect("the peer closed".into()));
+        }
+        if let Some(frame) = &self.frame {
+            return match self.there.inbox.deliver_frame(frame) {
+                Delivery::Queued => Ok(()),
+                other => Err(FailureReason::Backend(format!(
+                    "the peer's inbox did not take it: {other:?}"
+                ))),
+            };
         }
         let len = self.here.span.block_len();
         for pair in &self.pairs {
@@ -120,6 +134,7 @@ impl OpenBackend for MemcpyBackend {
     const KIND: &'static str = "memcpy";
 
     unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self> {
+        let inbox = options.inbox();
         options
             .finish(Self::KIND)
             .map_err(Error::opening(Self::KIND))?;
@@ -135,6 +150,7 @@ impl OpenBackend for MemcpyBackend {
         let shared = Arc::new(Shared {
             span,
             revoked: RwLock::new(false),
+            inbox,
         });
         REGIONS
             .lock()
@@ -161,6 +177,7 @@ impl Backend for MemcpyBackend {
     fn capabilities(&self) -> Capabilities {
         let mut c = Capabilities::default();
         (c.read, c.remote_disconnect, c.revoke) = (true, true, true);
+        c.notifications = true;
         c
     }
 
@@ -222,30 +239,12 @@ impl Backend for MemcpyBackend {
         remote: &[BlockIndex],
     ) -> Result<MemcpyXfer, BackendError> {
         let pairs = self.shared.span.block_pairs(local, remote, peer.blocks)?;
-        if *peer.shared.revoked.read() {
-            return Err(BackendError::new(
-                BackendErrorKind::RemoteDisconnect,
-                "the peer closed",
-            ));
-        }
-        let cell = Arc::new(TransferCell::queued());
-        let job = Job {
-            cell: cell.clone(),
-            op,
-            here: self.shared.clone(),
-            there: peer.shared.clone(),
-            pairs,
-        };
-        let stopped = || BackendError::other("the copy thread stopped");
-        self.jobs
-            .as_ref()
-            .ok_or_else(stopped)?
-            .send(job)
-            .map_err(|_| stopped())?;
-        Ok(MemcpyXfer {
-            cell,
-            _live: self.counts.transfer(),
-        })
+        self.queue(op, peer, pairs, None)
+    }
+
+    /// Queues the frame for the copy thread, which hands it to the peer's inbox.
+    fn notify(&self, peer: &MemcpyPeer, frame: &[u8]) -> Result<MemcpyXfer, BackendError> {
+        self.queue(Op::Write, peer, Vec::new(), Some(frame.into()))
     }
 
     fn state(&self, xfer: &mut MemcpyXfer) -> XferState {
@@ -271,6 +270,43 @@ impl Backend for MemcpyBackend {
 
     fn stats(&self) -> BackendStats {
         self.counts.stats()
+    }
+}
+
+impl MemcpyBackend {
+    /// Queues a job for the copy thread: never waits for it.
+    fn queue(
+        &self,
+        op: Op,
+        peer: &MemcpyPeer,
+        pairs: Vec<BlockPair>,
+        frame: Option<Arc<[u8]>>,
+    ) -> Result<MemcpyXfer, BackendError> {
+        if *peer.shared.revoked.read() {
+            return Err(BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                "the peer closed",
+            ));
+        }
+        let cell = Arc::new(TransferCell::queued());
+        let job = Job {
+            cell: cell.clone(),
+            op,
+            here: self.shared.clone(),
+            there: peer.shared.clone(),
+            pairs,
+            frame,
+        };
+        let stopped = || BackendError::other("the copy thread stopped");
+        self.jobs
+            .as_ref()
+            .ok_or_else(stopped)?
+            .send(job)
+            .map_err(|_| stopped())?;
+        Ok(MemcpyXfer {
+            cell,
+            _live: self.counts.transfer(),
+        })
     }
 }
 

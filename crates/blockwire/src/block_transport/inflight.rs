@@ -16,6 +16,7 @@ use parking_lot::{Mutex, RwLock};
 
 use super::peers::PeerConn;
 use crate::clock::Clock;
+use crate::telemetry::{Probe, Telemetry};
 
 /// Where a transfer that carries a notification stands.
 enum Stage {
@@ -43,6 +44,8 @@ pub(crate) struct Tracked<B: Backend> {
     /// Data handles of notified transfers whose release the backend refused when the
     /// notification was posted; released with the transfer.
     spent: Vec<B::Xfer>,
+    /// With telemetry on: what it notes of the transfer.
+    probe: Option<Box<Probe>>,
 }
 
 impl<B: Backend> Tracked<B> {
@@ -55,7 +58,14 @@ impl<B: Backend> Tracked<B> {
             stage: Stage::Plain,
             cancelled: false,
             spent: Vec::new(),
+            probe: None,
         }
+    }
+
+    /// With telemetry's probe.
+    pub(crate) fn with_probe(mut self, probe: Option<Probe>) -> Self {
+        self.probe = probe.map(Box::new);
+        self
     }
 
     /// A transfer whose notification (`frame`) is sent once its data is in place.
@@ -138,7 +148,14 @@ impl<B: Backend> Tracked<B> {
                     self.spent.push(data);
                 }
                 self.stage = Stage::Notify;
-                tracing::trace!(peer = %self.conn.id, "data in place: notification posted");
+                match &self.probe {
+                    Some(p) => {
+                        tracing::debug!(parent: p.span(), "data in place: notification posted")
+                    }
+                    None => {
+                        tracing::trace!(peer = %self.conn.id, "data in place: notification posted")
+                    }
+                }
                 None
             }
             Err(e) => Some(XferState::Failed(FailureReason::NotificationUndelivered(
@@ -168,12 +185,14 @@ impl<B: Backend> Tracked<B> {
             stage,
             cancelled,
             spent,
+            probe,
         } = self;
         match backend.release(xfer) {
             Ok(()) => Ok(Released {
                 conn,
                 outcome,
                 removed,
+                probe,
             }),
             Err(xfer) => Err(Tracked {
                 xfer,
@@ -183,6 +202,7 @@ impl<B: Backend> Tracked<B> {
                 stage,
                 cancelled,
                 spent,
+                probe,
             }),
         }
     }
@@ -194,6 +214,7 @@ pub(crate) struct Released<B: Backend> {
     pub(crate) conn: Arc<PeerConn<B>>,
     outcome: Option<XferState>,
     removed: bool,
+    probe: Option<Box<Probe>>,
 }
 
 impl<B: Backend> Released<B> {
@@ -320,6 +341,8 @@ pub(crate) struct Inflight<B: Backend> {
     stall_timeout: Option<Duration>,
     /// See `TransportOptions::clock`.
     clock: Arc<dyn Clock>,
+    /// See `TransportOptions::telemetry`.
+    telemetry: Option<Arc<Telemetry>>,
 }
 
 /// What a poll found, plus the released connections to drop outside the locks.
@@ -329,11 +352,16 @@ pub(crate) struct Drained<B: Backend> {
 }
 
 impl<B: Backend> Inflight<B> {
-    pub(crate) fn new(stall_timeout: Option<Duration>, clock: Arc<dyn Clock>) -> Self {
+    pub(crate) fn new(
+        stall_timeout: Option<Duration>,
+        clock: Arc<dyn Clock>,
+        telemetry: Option<Arc<Telemetry>>,
+    ) -> Self {
         Inflight {
             by_peer: RwLock::new(HashMap::new()),
             stall_timeout,
             clock,
+            telemetry,
         }
     }
 
@@ -386,8 +414,17 @@ impl<B: Backend> Inflight<B> {
                     continue;
                 };
                 match t.try_release(backend) {
-                    Ok(released) => {
-                        match released.report(self.stall_timeout) {
+                    Ok(mut released) => {
+                        let report = released.report(self.stall_timeout);
+                        if let (Some(tel), Some(probe)) = (&self.telemetry, released.probe.take()) {
+                            out.result.records.push(tel.reported(
+                                id,
+                                &peer,
+                                *probe,
+                                report.clone(),
+                            ));
+                        }
+                        match report {
                             Ok(()) => out.result.done.push(id),
                             Err(reason) => {
                                 tracing::warn!(transfer = %id, %peer, %reason, "transfer failed");
@@ -446,8 +483,14 @@ impl<B: Backend> Inflight<B> {
                     backend.abort(&mut t.xfer);
                 }
                 match (mode, t.try_release(backend)) {
-                    (_, Ok(r)) => released.push(r),
-                    (CancelMode::Immediate, Err(t)) => guard.detached.push(t),
+                    (_, Ok(mut r)) => {
+                        self.note_cancelled(peer, r.probe.take());
+                        released.push(r);
+                    }
+                    (CancelMode::Immediate, Err(mut t)) => {
+                        self.note_cancelled(peer, t.probe.take());
+                        guard.detached.push(t);
+                    }
                     (CancelMode::Wait, Err(t)) => {
                         guard.tracked.insert(*id, t);
                         still.push(*id);
@@ -515,6 +558,12 @@ impl<B: Backend> Inflight<B> {
                 return (released, pending);
             }
             std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    fn note_cancelled(&self, peer: &PeerId, probe: Option<Box<Probe>>) {
+        if let (Some(tel), Some(probe)) = (&self.telemetry, probe) {
+            tel.cancelled(peer, *probe);
         }
     }
 

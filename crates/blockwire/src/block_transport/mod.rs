@@ -12,12 +12,13 @@ use std::time::{Duration, Instant};
 use blockwire_core::kit::{Inbox, InboxStats};
 use blockwire_core::{
     Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Notification, Op,
-    OpenBackend, PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId,
+    OpenBackend, PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId, TransferKind,
 };
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
 use crate::registration::Resolver;
+use crate::telemetry::{Telemetry, TelemetrySnapshot};
 use crate::{Region, Registration, Transport, TransportOptions};
 use inflight::{Inflight, Released, Tracked};
 use peers::{PeerConn, PeerTable, Publish};
@@ -55,6 +56,8 @@ struct Shared<B: Backend> {
     name: String,
     /// Notifications that reached this transport, until drained.
     inbox: Inbox,
+    /// See `TransportOptions::telemetry`.
+    telemetry: Option<Arc<Telemetry>>,
     close_timeout: Duration,
     /// `TransportOptions::max_consecutive_failures`.
     max_failures: u32,
@@ -133,16 +136,20 @@ impl<B: Backend> BlockTransport<B> {
             .with_stall_timeout(options.stall_timeout)
             .with_identity(name.clone(), inbox.clone());
         let backend = Arc::new(make(region.span(), backend_options)?);
+        let telemetry = options
+            .telemetry
+            .then(|| Arc::new(Telemetry::new(backend.kind())));
         let fingerprint = crate::fingerprint::fingerprint(options.config_fields.as_ref());
         let shared = Arc::new(Shared {
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),
             peers: Mutex::new(PeerTable::new()),
-            inflight: Inflight::new(options.stall_timeout, options.clock),
+            inflight: Inflight::new(options.stall_timeout, options.clock, telemetry.clone()),
             next_id: AtomicU64::new(1),
             fingerprint,
             name,
             inbox,
+            telemetry,
             close_timeout: options.close_timeout,
             max_failures: options.max_consecutive_failures,
             backend,
@@ -198,6 +205,7 @@ impl<B: Backend> BlockTransport<B> {
         message: Option<&[u8]>,
     ) -> Result<TransferId> {
         let s = &*self.shared;
+        let started = s.telemetry.as_ref().map(|_| Telemetry::start());
         let _gate = s.open()?;
         let frame = message.map(|m| s.frame(m)).transpose()?;
         if op == Op::Read && !s.backend.capabilities().read {
@@ -230,11 +238,17 @@ impl<B: Backend> BlockTransport<B> {
                 }
             })?;
         let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+        let notified = frame.is_some();
         let tracked = match frame {
             Some(frame) => Tracked::notified(xfer, conn.clone(), frame),
             None => Tracked::new(xfer, conn.clone()),
         };
-        s.inflight.insert(peer, id, tracked);
+        let probe = s.telemetry.as_ref().zip(started).map(|(tel, started)| {
+            let blocks = u32::try_from(local.len()).unwrap_or(u32::MAX);
+            let bytes = (local.len() as u64).saturating_mul(s.region.block_len() as u64);
+            tel.posted(started, id, peer, op.into(), notified, blocks, bytes)
+        });
+        s.inflight.insert(peer, id, tracked.with_probe(probe));
         if conn.is_retired() {
             // Removed while we posted: stop it like the transfers remove already saw.
             s.inflight.abort_peer(&s.backend, &conn);
@@ -246,6 +260,7 @@ impl<B: Backend> BlockTransport<B> {
     /// A standalone notification: posted at once, tracked like a transfer.
     fn submit_notification(&self, peer: &PeerId, message: &[u8]) -> Result<TransferId> {
         let s = &*self.shared;
+        let started = s.telemetry.as_ref().map(|_| Telemetry::start());
         let _gate = s.open()?;
         let frame = s.frame(message)?;
         let conn = s.usable(peer)?;
@@ -260,8 +275,14 @@ impl<B: Backend> BlockTransport<B> {
             }
         })?;
         let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
-        s.inflight
-            .insert(peer, id, Tracked::notification(xfer, conn.clone()));
+        let probe = s.telemetry.as_ref().zip(started).map(|(tel, started)| {
+            tel.posted(started, id, peer, TransferKind::Notification, true, 0, 0)
+        });
+        s.inflight.insert(
+            peer,
+            id,
+            Tracked::notification(xfer, conn.clone()).with_probe(probe),
+        );
         if conn.is_retired() {
             s.inflight.abort_peer(&s.backend, &conn);
         }
@@ -597,6 +618,10 @@ impl<B: Backend> Transport for BlockTransport<B> {
         &self.shared.name
     }
 
+    fn telemetry(&self) -> Option<TelemetrySnapshot> {
+        self.shared.telemetry.as_ref().map(|t| t.snapshot())
+    }
+
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult> {
         let s = &*self.shared;
         let _gate = s.open()?;
@@ -605,6 +630,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
         // Each peer's list is in id order; `poll(None)` joins several.
         drained.result.done.sort_unstable();
         drained.result.failed.sort_unstable_by_key(|(id, _)| *id);
+        drained.result.records.sort_unstable_by_key(|r| r.id);
         // After the drain: a verdict it reached is reported at once.
         drained.result.peer_fault = peer
             .and_then(|p| s.peers.lock().get(p))
