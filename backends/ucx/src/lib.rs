@@ -36,6 +36,28 @@
 //!   transport is dropped (and is then unmapped here, leaving peers writing into pages no
 //!   longer in this process), so [`Capabilities::revoke`] is false for it unless `tls=tcp`.
 //!
+//! ## Notifications
+//!
+//! A notification ([`Backend::notify`]) is an active message (`ucp_am_send_nbx`, eager, with a
+//! reply endpoint) on the peer's endpoint, carrying a sequence number and the frame. The
+//! handler installed on every worker at open (`ucp_worker_set_am_recv_handler`) runs inside
+//! the target's `ucp_worker_progress`, hands the frame to the target transport's inbox, and
+//! answers on the reply endpoint with what the inbox did (queued, full, closed, malformed).
+//! The sender's transfer is done when the answer says queued: "delivered" means in the
+//! target's inbox, so a drain right after finds it. It fails when the answer says otherwise,
+//! when the send fails, or when the endpoint fails first (remote disconnect); over shared
+//! memory without peer error handling, a notification to a target that is gone stays running
+//! until the stall watchdog cuts the peer. (A flush would not do: UCX flushes active messages
+//! with `UCT_FLUSH_FLAG_LOCAL`, which over TCP means "in the local socket buffer".)
+//!
+//! Who receives: the progress thread, without the target ever polling; with `progress=caller`
+//! the target's worker runs only when driven, so `poll_notifications` (every drain) progresses
+//! it, and the sender's notify stays running until the target drains or polls. After close
+//! (`revoke`) nothing is delivered: arrivals during the teardown are answered "closed", and
+//! the destroyed worker answers nothing (the sender fails by endpoint error or stall cut). A
+//! backend opened before its transport ([`UcxBackend::open_allocated`]) is given the
+//! transport's inbox with [`UcxBackend::adopt_inbox`].
+//!
 //! ## Options
 //!
 //! | key | default | meaning |
@@ -92,6 +114,7 @@
 mod address;
 mod endpoint;
 mod errors;
+mod notify;
 mod worker;
 
 use std::ffi::c_void;
@@ -99,7 +122,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI8, Ordering};
 
-use blockwire_core::kit::{CuttableLink, Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{CuttableLink, LinkHold, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
@@ -165,11 +188,50 @@ struct PeerHealth {
     status: AtomicI8,
 }
 
-/// A posted transfer.
+/// A posted transfer (or notification).
 pub struct UcxXfer {
     shared: Arc<TransferCell>,
     ucx: Arc<Ucx>,
+    /// A notification's wait for its acknowledgement.
+    ack: Option<notify::Awaited>,
     _live: Live,
+}
+
+impl Drop for UcxXfer {
+    fn drop(&mut self) {
+        if let Some(ack) = &self.ack {
+            ack.forget(self.ucx.notifier());
+        }
+    }
+}
+
+impl UcxPeer {
+    /// Holds the link for a post (refused once cut) and checks that the endpoint is healthy.
+    fn hold(&self) -> Result<LinkHold<'_, ForcedClose, TransferCell>, BackendError> {
+        let link = self.link.hold().map_err(|why| {
+            BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                format!("the connection to this peer was cut: {why}"),
+            )
+        })?;
+        // SAFETY: `health` lives as long as the peer.
+        let health = unsafe { &*self.health }.status.load(Ordering::Acquire);
+        if health != UCS_OK {
+            return Err(errors::error("peer endpoint failed", health));
+        }
+        Ok(link)
+    }
+
+    /// A reference of its own to the endpoint's health.
+    fn health_arc(&self) -> Arc<PeerHealth> {
+        // SAFETY: `health` came from `Arc::into_raw` and the peer holds that reference until
+        // it is dropped, so the count is at least one here; the new reference is the
+        // caller's.
+        unsafe {
+            Arc::increment_strong_count(self.health);
+            Arc::from_raw(self.health)
+        }
+    }
 }
 
 /// Ends a transfer with the status of its flush (an error a put or get returned when posted
@@ -263,6 +325,23 @@ impl UcxBackend {
         Ok((backend, span))
     }
 
+    /// Hands arriving notifications to the inbox in `options` from now on: for a backend
+    /// opened before its transport ([`UcxBackend::open_allocated`], whose region the
+    /// transport then wraps), with the options the transport passes to
+    /// `BlockTransport::open_with`'s closure. Nothing else in `options` is read.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendOptions, Backend, kit::Inbox};
+    /// let (b, _span) = blockwire_ucx::UcxBackend::open_allocated(2, 4096, BackendOptions::new())?;
+    /// let inbox = Inbox::new(8);
+    /// b.adopt_inbox(&BackendOptions::new().with_identity("t", inbox.clone()));
+    /// assert!(b.capabilities().notifications);
+    /// # Ok::<(), blockwire_core::Error>(())
+    /// ```
+    pub fn adopt_inbox(&self, options: &BackendOptions) {
+        self.ucx.notifier().set_inbox(options.inbox());
+    }
+
     fn open_memory(memory: Memory, mut options: BackendOptions) -> Result<Self, Error> {
         let open_err = Error::opening(KIND);
         let tls = options.take::<String>("tls").map_err(open_err)?;
@@ -291,6 +370,7 @@ impl UcxBackend {
             .take::<bool>("peer_errors")
             .map_err(open_err)?
             .unwrap_or(true);
+        let inbox = options.inbox();
         options.finish(KIND).map_err(open_err)?;
         // A same-host peer writes straight into memory UCX allocated, over any shared-memory
         // transport UCX may choose (see the crate docs).
@@ -301,7 +381,8 @@ impl UcxBackend {
             progress,
             idle_sleep,
         };
-        let (ucx, base) = Ucx::open(memory, &settings).map_err(open_err)?;
+        let notifier = notify::Notifier::new(inbox);
+        let (ucx, base) = Ucx::open(memory, &settings, notifier).map_err(open_err)?;
         tracing::debug!(?settings, peer_errors, ?memory, "ucx backend opened");
         let span = match memory {
             Memory::Caller(span) => Some(span),
@@ -337,6 +418,7 @@ impl Backend for UcxBackend {
         c.cross_process = true;
         c.remote_disconnect = self.peer_errors;
         c.revoke = self.revokes;
+        c.notifications = true;
         c
     }
 
@@ -422,17 +504,7 @@ impl Backend for UcxBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<UcxXfer, BackendError> {
-        let link = peer.link.hold().map_err(|why| {
-            BackendError::new(
-                BackendErrorKind::RemoteDisconnect,
-                format!("the connection to this peer was cut: {why}"),
-            )
-        })?;
-        // SAFETY: `health` lives as long as the peer.
-        let health = unsafe { &*peer.health }.status.load(Ordering::Acquire);
-        if health != UCS_OK {
-            return Err(errors::error("peer endpoint failed", health));
-        }
+        let link = peer.hold()?;
         // Held through the flush: the endpoint and key are the worker's.
         let worker = self.ucx.worker().ok_or_else(revoked)?;
         let block_len = self.span.block_len();
@@ -507,13 +579,31 @@ impl Backend for UcxBackend {
         Ok(UcxXfer {
             shared,
             ucx: self.ucx.clone(),
+            ack: None,
             _live: self.counts.transfer(),
         })
+    }
+
+    fn notify(&self, peer: &UcxPeer, frame: &[u8]) -> Result<UcxXfer, BackendError> {
+        notify::send(self, peer, frame)
+    }
+
+    fn poll_notifications(&self) {
+        // Whatever reached this worker is handed to the inbox now, whether or not a progress
+        // thread runs: progress until the worker is idle, bounded (never blocks).
+        for _ in 0..POLL_ROUNDS {
+            if self.ucx.progress_once() == 0 {
+                break;
+            }
+        }
     }
 
     fn state(&self, xfer: &mut UcxXfer) -> XferState {
         if xfer.ucx.mode == ProgressMode::Caller {
             xfer.ucx.progress_once();
+        }
+        if let Some(ack) = &xfer.ack {
+            ack.check(&xfer.shared);
         }
         xfer.shared.state()
     }
@@ -586,6 +676,9 @@ impl Backend for UcxBackend {
         self.counts.stats()
     }
 }
+
+/// Most rounds of worker progress one `poll_notifications` makes.
+const POLL_ROUNDS: usize = 16;
 
 /// Why a call finds the worker gone.
 fn revoked() -> BackendError {

@@ -12,6 +12,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use ucx_sys::*;
 
 use crate::errors::{check, error};
+use crate::notify::Notifier;
 
 /// How the worker makes progress.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -80,6 +81,9 @@ pub(crate) struct Ucx {
     /// State callbacks of the worker's endpoints may still use (an endpoint whose close did
     /// not finish): freed once the worker can no longer call back.
     kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
+    /// What the worker's active-message handlers use (they hold its address): it outlives
+    /// the worker, and is leaked with a worker left undestroyed.
+    notifier: Arc<Notifier>,
 }
 
 /// Workers (and their contexts) left undestroyed ([`Ucx::abandon`]): kept here, reachable,
@@ -144,7 +148,7 @@ fn init_context(settings: &Settings) -> Result<ucp_context_h, BackendError> {
     let init = configured.and_then(|()| {
         let params = ucp_params_t {
             field_mask: UCP_PARAM_FIELD_FEATURES as u64,
-            features: UCP_FEATURE_RMA as u64,
+            features: (UCP_FEATURE_RMA | UCP_FEATURE_AM) as u64,
             ..Default::default()
         };
         // SAFETY: valid params and config, a writable handle.
@@ -164,6 +168,7 @@ impl Ucx {
     pub(crate) fn open(
         memory: Memory,
         settings: &Settings,
+        notifier: Arc<Notifier>,
     ) -> Result<(Arc<Ucx>, *mut u8), BackendError> {
         let mut ucx = Ucx {
             context: init_context(settings)?,
@@ -177,6 +182,7 @@ impl Ucx {
             live: RwLock::new(true),
             abandoned: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
+            notifier,
         };
         ucx.create_worker()?;
         let base = ucx.map_memory(memory)?;
@@ -186,7 +192,8 @@ impl Ucx {
         Ok((Arc::new(ucx), base))
     }
 
-    /// Creates the thread-safe worker and reads its address.
+    /// Creates the thread-safe worker, installs its notification handlers and reads its
+    /// address.
     fn create_worker(&mut self) -> Result<(), BackendError> {
         let wparams = ucp_worker_params_t {
             field_mask: UCP_WORKER_PARAM_FIELD_THREAD_MODE as u64,
@@ -197,6 +204,9 @@ impl Ucx {
         check("ucp_worker_create", unsafe {
             ucp_worker_create(self.context, &wparams, &mut self.worker)
         })?;
+        // SAFETY: a live worker; the notifier outlives it (`Drop` destroys the worker before
+        // the fields drop, and leaks the notifier with a worker left undestroyed).
+        unsafe { self.notifier.register(self.worker) }?;
         let mut addr: *mut ucp_address_t = ptr::null_mut();
         let mut addr_len: usize = 0;
         // SAFETY: a live worker; UCX allocates the address, released below.
@@ -275,6 +285,11 @@ impl Ucx {
         Ok(())
     }
 
+    /// The notification state the worker's handlers use.
+    pub(crate) fn notifier(&self) -> &Notifier {
+        &self.notifier
+    }
+
     /// The worker, unless it was revoked.
     pub(crate) fn worker(&self) -> Option<Worker<'_>> {
         let live = self.live.read();
@@ -333,6 +348,8 @@ impl Ucx {
     ///
     /// No other call on the worker runs or will run, and this is called once.
     unsafe fn teardown_worker(&self, unmap: bool) {
+        // Notifications arriving from here on (during the drain) are refused.
+        self.notifier.close();
         if let Some(mut t) = self.progress.lock().take() {
             t.stop();
         }
@@ -452,8 +469,11 @@ impl Drop for Ucx {
                     tracing::warn!(error = %error("ucp_mem_unmap", status), "ucx teardown");
                 }
             }
-            // A context whose worker was left undestroyed stays too.
-            if !self.context.is_null() && !self.abandoned.load(Ordering::Acquire) {
+            // A context whose worker was left undestroyed stays too, and so does what its
+            // handlers point to.
+            if self.abandoned.load(Ordering::Acquire) {
+                std::mem::forget(self.notifier.clone());
+            } else if !self.context.is_null() {
                 ucp_cleanup(self.context);
             }
         }

@@ -31,7 +31,11 @@ impl Fixture for Allocated {
             Region::from_raw_parts(span.base().as_ptr(), spec.num_blocks, spec.block_len)?
         };
         let options = spec.options(BackendOptions::new());
-        let transport = BlockTransport::open_with(region, options, |_, _| Ok(backend))?;
+        let transport = BlockTransport::open_with(region, options, |_, transport_options| {
+            // The backend was opened before the transport made its inbox.
+            backend.adopt_inbox(&transport_options);
+            Ok(backend)
+        })?;
         Ok(Opened {
             transport,
             faults: None,

@@ -126,7 +126,12 @@ pub fn open_allocated(
         // forced close); the region never frees it.
         let region =
             unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };
-        return BlockTransport::open_with(region, options, |_, _| Ok(ucx)).map(AnyTransport::Ucx);
+        return BlockTransport::open_with(region, options, |_, transport_options| {
+            // The backend was opened before the transport made its inbox.
+            ucx.adopt_inbox(&transport_options);
+            Ok(ucx)
+        })
+        .map(AnyTransport::Ucx);
     }
     open(backend, Region::new(num_blocks, block_len)?, options)
 }

@@ -1,0 +1,142 @@
+//! The worker's active-message handlers: a notification arrives (deliver it, acknowledge it),
+//! an acknowledgement arrives (end the notification it names). Both run inside
+//! `ucp_worker_progress`, on whichever thread progresses the worker (the progress thread, a
+//! state check, `poll_notifications`, a close's drain), possibly under the worker's exclusive
+//! guard during teardown: they take none of the backend's locks, only the inbox's and the
+//! pending map's, and never call `Ucx::worker`. The bytes come from a peer: every length is
+//! checked, nothing panics.
+
+use std::ffi::c_void;
+
+use ucx_sys::*;
+
+use super::{ACK_AM_ID, Notifier, SEQ_LEN, post_am};
+
+pub(super) type AmHandler = unsafe extern "C" fn(
+    *mut c_void,
+    *const c_void,
+    usize,
+    *mut c_void,
+    usize,
+    *const ucp_am_recv_param_t,
+) -> ucs_status_t;
+
+/// The receive attributes UCX passed (none when it passed no parameters).
+///
+/// # Safety
+///
+/// `param` is null or valid for the handler's duration.
+unsafe fn recv_attr(param: *const ucp_am_recv_param_t) -> u64 {
+    // SAFETY: per this function's contract.
+    unsafe { param.as_ref() }.map_or(0, |p| p.recv_attr)
+}
+
+/// The message's data, split into its sequence number and the rest.
+///
+/// # Safety
+///
+/// `data` is null or valid for `length` bytes for the handler's duration.
+unsafe fn split<'a>(data: *const c_void, length: usize) -> Option<(u64, &'a [u8])> {
+    if data.is_null() || length < SEQ_LEN {
+        return None;
+    }
+    // SAFETY: per this function's contract, non-null.
+    let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, length) };
+    let (seq, rest) = bytes.split_at(SEQ_LEN);
+    Some((u64::from_le_bytes(seq.try_into().ok()?), rest))
+}
+
+/// A notification arrived: deliver it and acknowledge it.
+pub(super) unsafe extern "C" fn on_notification(
+    arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+) -> ucs_status_t {
+    // SAFETY: `arg` is the `Notifier` registered with this worker, alive while it calls back
+    // (`Notifier::register`).
+    let notifier = unsafe { &*(arg as *const Notifier) };
+    // SAFETY: UCX passes valid parameters for the handler's duration.
+    let attr = unsafe { recv_attr(param) };
+    if attr & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
+        // Our senders send eagerly; a rendezvous is refused (the sender's send fails).
+        tracing::warn!(length, "ucx: a notification came by rendezvous; refused");
+        return UCS_ERR_UNSUPPORTED;
+    }
+    // SAFETY: UCX passes `length` readable bytes at `data` for the handler's duration.
+    let Some((seq, frame)) = (unsafe { split(data, length) }) else {
+        tracing::warn!(
+            length,
+            "ucx: a notification too short to hold its sequence number; dropped"
+        );
+        return UCS_OK;
+    };
+    let outcome = notifier.receive(frame);
+    // SAFETY: as above.
+    let reply_ep = unsafe { param.as_ref() }
+        .filter(|_| attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0)
+        .map_or(std::ptr::null_mut(), |p| p.reply_ep);
+    if reply_ep.is_null() {
+        tracing::debug!(
+            seq,
+            "ucx: a notification without a reply endpoint; not acknowledged"
+        );
+        return UCS_OK;
+    }
+    let mut ack = Vec::with_capacity(SEQ_LEN + 1);
+    ack.extend_from_slice(&seq.to_le_bytes());
+    ack.push(outcome as u8);
+    // SAFETY: the reply endpoint UCX passed to this running handler (UCX hands only valid,
+    // open endpoints).
+    if let Err(status) = unsafe { post_am(reply_ep, ACK_AM_ID, ack, UCP_AM_SEND_FLAG_EAGER, None) }
+    {
+        tracing::debug!(seq, error = %status_string(status), "ucx: acknowledging a notification failed");
+    }
+    UCS_OK
+}
+
+/// A notification this side sent was acknowledged: end it.
+pub(super) unsafe extern "C" fn on_ack(
+    arg: *mut c_void,
+    _header: *const c_void,
+    _header_length: usize,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+) -> ucs_status_t {
+    // SAFETY: as in `on_notification`.
+    let notifier = unsafe { &*(arg as *const Notifier) };
+    // SAFETY: UCX passes valid parameters for the handler's duration.
+    if unsafe { recv_attr(param) } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
+        tracing::warn!(
+            length,
+            "ucx: an acknowledgement came by rendezvous; refused"
+        );
+        return UCS_ERR_UNSUPPORTED;
+    }
+    // SAFETY: UCX passes `length` readable bytes at `data` for the handler's duration.
+    match unsafe { split(data, length) } {
+        Some((seq, &[outcome])) => notifier.acknowledged(seq, outcome),
+        _ => tracing::warn!(length, "ucx: a malformed acknowledgement; dropped"),
+    }
+    UCS_OK
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn split_checks_lengths() {
+        let bytes = [1u8, 0, 0, 0, 0, 0, 0, 0, 9];
+        // SAFETY: a live array of that length.
+        let whole = unsafe { split(bytes.as_ptr().cast(), 9) };
+        assert_eq!(whole, Some((1, &[9u8][..])));
+        // SAFETY: as above, shorter.
+        assert_eq!(unsafe { split(bytes.as_ptr().cast(), 7) }, None);
+        // SAFETY: null is allowed.
+        assert_eq!(unsafe { split(std::ptr::null(), 9) }, None);
+    }
+}
