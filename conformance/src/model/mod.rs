@@ -341,7 +341,9 @@ impl std::error::Error for Violation {}
 /// against the model, then closes and drops everything and checks that nothing leaked (see
 /// the module docs). Returns what ran, or the first violation.
 ///
-/// ```
+/// (The example runs in a process of its own: the leak check counts the process's threads.)
+///
+/// ```standalone_crate
 /// use blockwire_conformance::model::{self, Action, Setup};
 /// use blockwire_conformance::{Plain, Setting};
 /// let fx = Plain(Setting::<blockwire_shm::ShmBackend>::default());

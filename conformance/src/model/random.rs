@@ -282,7 +282,9 @@ pub fn config() -> (Config, u64) {
 ///
 /// If `block_lens` is empty.
 ///
-/// ```
+/// (The example runs in a process of its own: the leak check counts the process's threads.)
+///
+/// ```standalone_crate
 /// use blockwire_conformance::model::random;
 /// use blockwire_conformance::{Plain, Setting};
 /// let t = random::trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()), &[4096]);
@@ -359,7 +361,9 @@ pub fn trial<F: Fixture>(fx: F, block_lens: &[usize]) -> Trial {
 /// `BLOCKWIRE_MODEL_REPLAY` is set (after its warm-up, which a caller of its own should do
 /// too).
 ///
-/// ```
+/// (The example runs in a process of its own: the leak check counts the process's threads.)
+///
+/// ```standalone_crate
 /// use blockwire_conformance::model::{self, random, Action, Sequence};
 /// use blockwire_conformance::{Plain, Setting};
 /// let fx = Plain(Setting::<blockwire_shm::ShmBackend>::default());
