@@ -201,9 +201,11 @@ impl Served {
                 self.posted.push(id);
                 Ok(Reply::Id { id: id.0 })
             }
-            Err(e @ (blockwire::Error::Submit { .. } | blockwire::Error::PeerFaulted { .. })) => {
-                Ok(Reply::Refused { why: e.report() })
-            }
+            Err(
+                e @ (blockwire::Error::Submit { .. }
+                | blockwire::Error::Notify { .. }
+                | blockwire::Error::PeerFaulted { .. }),
+            ) => Ok(Reply::Refused { why: e.report() }),
             Err(e) => Err(e.report()),
         }
     }
