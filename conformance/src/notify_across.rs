@@ -5,9 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use blockwire::PeerId;
-
-use crate::peer::{Opener, Reply, Request, SpawnedPeer};
+use crate::peer::{Opener, Reply, Request};
 use crate::support::{pattern, wait_done};
 
 type Fallible<T> = Result<T, String>;
@@ -45,16 +43,8 @@ pub fn notifications_with(
     const BLOCKS: u32 = 16;
     const LEN: usize = 64 * 1024;
     let ms = u64::try_from(bound.as_millis()).unwrap_or(u64::MAX);
-    let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 7, opts)?;
-    let me = open(backend, BLOCKS, LEN, opts)?;
-    for i in 0..BLOCKS {
-        me.region()
-            .write_block(i, &pattern(1, i, LEN))
-            .map_err(|e| e.report())?;
-    }
-    let peer = PeerId::from("child");
-    me.add_remote_peer(&peer, &child.descriptor)
-        .map_err(|e| format!("add_remote_peer: {}", e.report()))?;
+    let (mut child, me, peer) =
+        crate::peer::connected_child(open, exe, backend, opts, BLOCKS, LEN)?;
     let child_name = child.descriptor.name.clone();
     let my_name = me.name().to_owned();
 

@@ -8,6 +8,7 @@ use std::thread::JoinHandle;
 use blockwire_core::kit::TransferCell;
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use crossbeam_channel::{Receiver, Sender};
+use parking_lot::RwLockReadGuard;
 
 use crate::lease::Lease;
 use crate::live::LiveRegion;
@@ -143,17 +144,23 @@ fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
     }
 }
 
+/// Holds a same-process peer's region registered (for one chunk or one notification), or the
+/// failure a deregistered one means.
+fn pinned(live: &LiveRegion) -> Result<RwLockReadGuard<'_, bool>, FailureReason> {
+    live.pin().ok_or_else(|| {
+        FailureReason::RemoteDisconnect(
+            "the peer's region was deregistered (its transport closed)".into(),
+        )
+    })
+}
+
 fn notify(job: &Job, frame: &[u8], shutdown: &AtomicBool) -> Result<(), FailureReason> {
     if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
         return Err(FailureReason::Aborted);
     }
     match &*job.target {
         Target::Local(live) => {
-            let Some(_pinned) = live.pin() else {
-                return Err(FailureReason::RemoteDisconnect(
-                    "the peer's region was deregistered (its transport closed)".into(),
-                ));
-            };
+            let _pinned = pinned(live)?;
             notify::delivered(live.inbox.deliver_frame(frame))
         }
         Target::Remote { proc, outlet, .. } => outlet.send(proc, frame),
@@ -168,11 +175,7 @@ fn copy(job: &Job, chunks: &[Vec<Piece>], shutdown: &AtomicBool) -> Result<(), F
         }
         match &*job.target {
             Target::Local(live) => {
-                let Some(_pinned) = live.pin() else {
-                    return Err(FailureReason::RemoteDisconnect(
-                        "the peer's region was deregistered (its transport closed)".into(),
-                    ));
-                };
+                let _pinned = pinned(live)?;
                 for p in chunk {
                     let (src, dst) = if write {
                         (p.local, p.remote)

@@ -11,8 +11,7 @@ use blockwire_core::MAX_NOTIFICATION_LEN;
 use crate::Fixture;
 use crate::fixture::Spec;
 use crate::support::{
-    Pair, TIMEOUT, check_blocks, fill_all, open, pair, pattern, poll_for, settle, wait_done,
-    wait_for,
+    Pair, TIMEOUT, check_blocks, fill_all, open, pair, pattern, settle, wait_done, wait_for,
 };
 
 /// Drains `t` until `n` notifications from `from` arrived (failing after the suite's timeout);
@@ -418,5 +417,4 @@ pub(crate) fn full_inbox_counts_drops<F: Fixture>(fx: &F) {
     let id = a.notify(&peer, b"room").expect("notify");
     wait_done(&a, &peer, &[id]);
     assert_eq!(drain_n(&b, a.name(), 1)[0].message, b"room");
-    let _ = poll_for(&a, None, Duration::from_millis(1));
 }

@@ -103,6 +103,29 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Spawns a `blockwire-peer` (`exe`, its blocks holding `pattern(7, i)`), opens this side
+/// with `open` (its blocks holding `pattern(1, i)`) and adds the child as peer `"child"`.
+pub(crate) fn connected_child(
+    open: Opener,
+    exe: &str,
+    backend: &str,
+    opts: &str,
+    blocks: u32,
+    len: usize,
+) -> Fallible<(SpawnedPeer, Box<dyn Transport>, PeerId)> {
+    let child = SpawnedPeer::spawn(exe, backend, blocks, len, 7, opts)?;
+    let me = open(backend, blocks, len, opts)?;
+    for i in 0..blocks {
+        me.region()
+            .write_block(i, &pattern(1, i, len))
+            .map_err(|e| e.report())?;
+    }
+    let peer = PeerId::from("child");
+    me.add_remote_peer(&peer, &child.descriptor)
+        .map_err(|e| format!("add_remote_peer: {}", e.report()))?;
+    Ok((child, me, peer))
+}
+
 /// The cross-process check for `backend`: this process writes blocks into a spawned peer and
 /// reads others back, the peer verifies every one of its blocks, then the peer writes into this
 /// process. `exe` is the `blockwire-peer` binary.
@@ -128,16 +151,7 @@ pub fn drive(exe: &str, backend: &str, opts: &str) -> Fallible<()> {
 pub fn drive_with(open: Opener, exe: &str, backend: &str, opts: &str) -> Fallible<()> {
     const BLOCKS: u32 = 32;
     const LEN: usize = 256 * 1024 + 8;
-    let mut child = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 7, opts)?;
-    let me = open(backend, BLOCKS, LEN, opts)?;
-    for i in 0..BLOCKS {
-        me.region()
-            .write_block(i, &pattern(1, i, LEN))
-            .map_err(|e| e.report())?;
-    }
-    let peer = PeerId::from("child");
-    me.add_remote_peer(&peer, &child.descriptor)
-        .map_err(|e| format!("add_remote_peer: {}", e.report()))?;
+    let (mut child, me, peer) = connected_child(open, exe, backend, opts, BLOCKS, LEN)?;
     // WRITE four blocks, permuted, one of them twice to two places.
     let (local, remote) = ([0u32, 1, 2, 3, 3], [10u32, 4, 7, 0, 31]);
     let id = me
