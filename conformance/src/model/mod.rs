@@ -79,9 +79,10 @@
 //!   one action per line) to a file and run with `BLOCKWIRE_MODEL_REPLAY=<file>`
 //!   ([`random::replay`]); `BLOCKWIRE_MODEL_SAVE=<file>` writes every sequence there before
 //!   it runs, so one that crashes the process is left behind. From code,
-//!   [`Sequence::from_json_lines`] and [`run`]:
+//!   [`Sequence::from_json_lines`] and [`run`] (the example runs in a process of its own: the
+//!   leak check counts the process's threads):
 //!
-//! ```
+//! ```standalone_crate
 //! use blockwire::Op;
 //! use blockwire_conformance::model::{self, Action, Sequence, Setup};
 //! use blockwire_conformance::{Plain, Setting};
