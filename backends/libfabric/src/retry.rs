@@ -57,6 +57,9 @@ struct Queued {
     link: Weak<Link>,
     transfer: Arc<Transfer>,
     ops: VecDeque<RmaOp>,
+    /// When the provider last took one of `ops` (when they were queued, before it took any):
+    /// a transfer gives up only after the peer accepted nothing for `give_up_after`, not
+    /// after a long list took that long to post.
     since: Instant,
 }
 
@@ -311,6 +314,7 @@ unsafe fn post_queued(
         }
         let op = q.ops.pop_front()?;
         *handled += 1;
+        q.since = Instant::now();
         if ret != 0 {
             return Some(refused(op.op, ret));
         }
