@@ -271,6 +271,20 @@ impl Region {
         Ok(())
     }
 
+    /// Whether a transport using this region could not stop a transfer before its close
+    /// returned (a forced close, logged as a warning). The memory must then stay allocated for
+    /// the process's lifetime: an owned region is never freed, and the owner of borrowed memory
+    /// ([`Region::from_raw_parts`]) must keep it, as the Python binding keeps its buffer.
+    ///
+    /// ```
+    /// # use blockwire::Region;
+    /// assert!(!Region::new(2, 64)?.is_leaked());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    pub fn is_leaked(&self) -> bool {
+        self.leaked.load(Ordering::SeqCst)
+    }
+
     /// Never free this memory (used when a transfer could not be stopped before close).
     pub(crate) fn leak(&self) {
         self.leaked.store(true, Ordering::SeqCst);

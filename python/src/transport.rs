@@ -1,0 +1,549 @@
+//! `blockwire.Transport`: the Rust transport over the caller's buffer.
+
+use std::mem::ManuallyDrop;
+
+use blockwire::{AnyTransport, CancelMode, PeerDescriptor, PeerId, Region, TransferId, Transport};
+use parking_lot::Mutex;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyDict, PyType};
+
+use crate::buffer;
+use crate::errors::{IntoPy, raise};
+use crate::future;
+use crate::indices;
+use crate::options::Settings;
+
+/// A block transport over a buffer this object keeps referenced.
+///
+/// `Transport(view, backend="shm", *, name=None, config_fields=None, options=None,
+/// stall_timeout=None, close_timeout=None, max_consecutive_failures=None,
+/// notification_capacity=None, telemetry=False)`: see `blockwire/_native.pyi` for the whole
+/// API. Thread-safe: Python threads may share one transport; every call that can wait or copy
+/// runs with the GIL released.
+#[pyclass(module = "blockwire._native", name = "Transport", frozen)]
+pub(crate) struct PyTransport {
+    /// Dropped first, without the GIL (`Drop`), before `owner` is released.
+    inner: ManuallyDrop<AnyTransport>,
+    /// What keeps the buffer exported; `None` once released after a clean close.
+    owner: Mutex<Option<Py<PyAny>>>,
+}
+
+/// Whether a peer may still reach the memory after this transport stopped: a forced close
+/// (a transfer could not be stopped) or a backend setting that cannot revoke a same-host
+/// peer's access. The buffer must then stay referenced for the process's lifetime.
+fn memory_still_reachable(t: &AnyTransport) -> bool {
+    t.region().is_leaked() || !t.capabilities().revoke
+}
+
+fn peer_id(peer: &str) -> PeerId {
+    PeerId::from(peer)
+}
+
+fn cached_type<'py>(
+    py: Python<'py>,
+    cell: &'static PyOnceLock<Py<PyType>>,
+    name: &str,
+) -> PyResult<&'py Bound<'py, PyType>> {
+    cell.import(py, "blockwire._types", name)
+}
+
+impl PyTransport {
+    fn t(&self) -> &AnyTransport {
+        &self.inner
+    }
+
+    fn decode(
+        py: Python<'_>,
+        descriptor: &[u8],
+        base_addr: Option<u64>,
+        num_blocks: Option<u32>,
+        block_len: Option<u64>,
+    ) -> PyResult<PeerDescriptor> {
+        let desc = PeerDescriptor::from_bytes(descriptor)
+            .map_err(blockwire::Error::from)
+            .py()?;
+        let mut wrong = Vec::new();
+        if base_addr.is_some_and(|a| a != desc.base_addr) {
+            wrong.push(format!(
+                "base_addr {:#x} (the metadata says {:#x})",
+                base_addr.unwrap_or_default(),
+                desc.base_addr
+            ));
+        }
+        if num_blocks.is_some_and(|n| n != desc.num_blocks) {
+            wrong.push(format!(
+                "num_blocks {} (the metadata says {})",
+                num_blocks.unwrap_or_default(),
+                desc.num_blocks
+            ));
+        }
+        if block_len.is_some_and(|l| l != desc.block_len) {
+            wrong.push(format!(
+                "block_len {} (the metadata says {})",
+                block_len.unwrap_or_default(),
+                desc.block_len
+            ));
+        }
+        if !wrong.is_empty() {
+            return Err(raise(
+                py,
+                "GeometryMismatchError",
+                "geometry_mismatch",
+                format!(
+                    "the peer's arguments disagree with its metadata: {}",
+                    wrong.join(", ")
+                ),
+            ));
+        }
+        Ok(desc)
+    }
+
+    fn post(
+        &self,
+        py: Python<'_>,
+        write: bool,
+        peer: &str,
+        local_idxs: &Bound<'_, PyAny>,
+        remote_idxs: &Bound<'_, PyAny>,
+        notification: Option<&[u8]>,
+    ) -> PyResult<u64> {
+        let local = indices::extract(local_idxs, "local")?;
+        let remote = indices::extract(remote_idxs, "remote")?;
+        let peer = peer_id(peer);
+        let t = self.t();
+        let id = py.detach(|| match (write, notification) {
+            (true, None) => t.write_blocks(&peer, &local, &remote),
+            (true, Some(m)) => t.write_blocks_notify(&peer, &local, &remote, m),
+            (false, None) => t.read_blocks(&peer, &local, &remote),
+            (false, Some(m)) => t.read_blocks_notify(&peer, &local, &remote, m),
+        });
+        id.map(TransferId::get).py()
+    }
+
+    /// Releases the buffer after a close that left no peer able to reach it.
+    fn release_owner(&self) {
+        if !memory_still_reachable(self.t()) {
+            drop(self.owner.lock().take());
+        }
+    }
+}
+
+#[pymethods]
+impl PyTransport {
+    #[new]
+    #[pyo3(signature = (
+        view, backend = "shm", *, name = None, config_fields = None, options = None,
+        stall_timeout = None, close_timeout = None, max_consecutive_failures = None,
+        notification_capacity = None, telemetry = false,
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new<'py>(
+        py: Python<'py>,
+        view: &Bound<'py, PyAny>,
+        backend: &str,
+        name: Option<String>,
+        config_fields: Option<Bound<'py, PyAny>>,
+        options: Option<Bound<'py, PyDict>>,
+        stall_timeout: Option<f64>,
+        close_timeout: Option<f64>,
+        max_consecutive_failures: Option<u32>,
+        notification_capacity: Option<usize>,
+        telemetry: bool,
+    ) -> PyResult<Self> {
+        let settings = Settings {
+            name,
+            config_fields,
+            options,
+            stall_timeout,
+            close_timeout,
+            max_consecutive_failures,
+            notification_capacity,
+            telemetry,
+        };
+        let options = settings.options(py)?;
+        let buffer = buffer::take(py, view)?;
+        // SAFETY: `buffer.owner` holds the buffer's export (a memoryview and a ctypes array
+        // over it), so its `num_blocks * block_len` bytes at `base` stay allocated and in
+        // place while it is referenced. This object keeps it referenced until a close after
+        // which no peer reaches the memory, or for the process's lifetime when one still
+        // may (`memory_still_reachable`: a forced close, or a backend that cannot revoke).
+        // Python code reaches the bytes only through the buffer protocol (raw memory), never
+        // through Rust references.
+        let region =
+            unsafe { Region::from_raw_parts(buffer.base, buffer.num_blocks, buffer.block_len) }
+                .py()?;
+        let backend = backend.to_owned();
+        let inner = py
+            .detach(move || blockwire::open(&backend, region, options))
+            .py()?;
+        Ok(PyTransport {
+            inner: ManuallyDrop::new(inner),
+            owner: Mutex::new(Some(buffer.owner)),
+        })
+    }
+
+    /// The backend's name (`"shm"`, `"ucx"`, `"libfabric"`, `"nixl"`).
+    #[getter]
+    fn backend(&self) -> &'static str {
+        self.t().backend_kind()
+    }
+
+    /// This transport's name: the sender name its notifications carry.
+    #[getter]
+    fn name(&self) -> String {
+        self.t().name().to_owned()
+    }
+
+    /// Address of block 0.
+    #[getter]
+    fn base_addr(&self) -> u64 {
+        self.t().base_addr()
+    }
+
+    /// Number of blocks in the local region.
+    #[getter]
+    fn num_blocks(&self) -> u32 {
+        self.t().num_blocks()
+    }
+
+    /// Length of each block in bytes.
+    #[getter]
+    fn block_len(&self) -> usize {
+        self.t().block_len()
+    }
+
+    /// The config fingerprint (`""`: none, compatible with every peer).
+    #[getter]
+    fn config_fingerprint(&self) -> String {
+        self.t().fingerprint().to_owned()
+    }
+
+    /// Whether `close` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.t().is_closed()
+    }
+
+    /// Transfers submitted and not yet reported by `poll`.
+    #[getter]
+    fn inflight_count(&self) -> usize {
+        self.t().in_flight(None)
+    }
+
+    /// Published peers, sorted.
+    #[getter]
+    fn peers(&self) -> Vec<String> {
+        let mut p: Vec<String> = self.t().peers().iter().map(|p| p.to_string()).collect();
+        p.sort();
+        p
+    }
+
+    /// Whether close revokes every peer's access to the memory in this setting; when false,
+    /// the buffer stays referenced for the process's lifetime.
+    #[getter]
+    fn revokes_access(&self) -> bool {
+        self.t().capabilities().revoke
+    }
+
+    /// Transfers of `peer_id` (of every peer: `None`) submitted and not yet reported.
+    #[pyo3(signature = (peer_id = None))]
+    fn in_flight(&self, peer_id: Option<&str>) -> usize {
+        self.t().in_flight(peer_id.map(self::peer_id).as_ref())
+    }
+
+    /// The bytes a peer passes to its `add_remote_peer`.
+    fn descriptor<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let d = self.t().descriptor().py()?;
+        Ok(PyBytes::new(py, &d.to_bytes()))
+    }
+
+    /// Registers a peer from its descriptor, blocking until it is published. The optional
+    /// geometry must agree with the descriptor (`GeometryMismatchError`).
+    #[pyo3(signature = (peer_id, descriptor, *, base_addr = None, num_blocks = None, block_len = None))]
+    fn add_remote_peer(
+        &self,
+        py: Python<'_>,
+        peer_id: &str,
+        descriptor: &[u8],
+        base_addr: Option<u64>,
+        num_blocks: Option<u32>,
+        block_len: Option<u64>,
+    ) -> PyResult<()> {
+        let desc = Self::decode(py, descriptor, base_addr, num_blocks, block_len)?;
+        let peer = self::peer_id(peer_id);
+        let t = self.t();
+        py.detach(|| t.add_remote_peer(&peer, &desc)).py()
+    }
+
+    /// Starts registering a peer; returns a `concurrent.futures.Future` resolving to `None`
+    /// once it is published, or failing (a registration superseded by a later add or a
+    /// remove fails with `SupersededError`). Bad arguments fail the future too.
+    #[pyo3(signature = (peer_id, descriptor, *, base_addr = None, num_blocks = None, block_len = None))]
+    fn add_remote_peer_async(
+        &self,
+        py: Python<'_>,
+        peer_id: &str,
+        descriptor: &[u8],
+        base_addr: Option<u64>,
+        num_blocks: Option<u32>,
+        block_len: Option<u64>,
+    ) -> PyResult<Py<PyAny>> {
+        let registration = match Self::decode(py, descriptor, base_addr, num_blocks, block_len) {
+            Ok(desc) => {
+                let peer = self::peer_id(peer_id);
+                let t = self.t();
+                py.detach(|| t.add_remote_peer_async(&peer, &desc))
+            }
+            Err(e) => {
+                let f = py
+                    .import("concurrent.futures")?
+                    .getattr("Future")?
+                    .call0()?;
+                f.call_method1("set_exception", (e.into_value(py),))?;
+                return Ok(f.unbind());
+            }
+        };
+        future::spawn(py, registration)
+    }
+
+    /// Unpublishes a peer; its transfers in flight fail (`PeerRemoved`) once they stop.
+    fn remove_remote_peer(&self, py: Python<'_>, peer_id: &str) -> PyResult<()> {
+        let peer = self::peer_id(peer_id);
+        let t = self.t();
+        py.detach(|| t.remove_remote_peer(&peer)).py()
+    }
+
+    /// Submits a WRITE of local blocks into the peer's blocks; returns its transfer id. With
+    /// `notification`, the peer receives that message once every byte landed.
+    #[pyo3(signature = (peer_id, local_idxs, remote_idxs, notification = None))]
+    fn write_blocks(
+        &self,
+        py: Python<'_>,
+        peer_id: &str,
+        local_idxs: &Bound<'_, PyAny>,
+        remote_idxs: &Bound<'_, PyAny>,
+        notification: Option<&[u8]>,
+    ) -> PyResult<u64> {
+        self.post(py, true, peer_id, local_idxs, remote_idxs, notification)
+    }
+
+    /// Submits a READ of the peer's blocks into local blocks; returns its transfer id. With
+    /// `notification`, the peer (whose blocks were read) receives it once the READ is done.
+    #[pyo3(signature = (peer_id, local_idxs, remote_idxs, notification = None))]
+    fn read_blocks(
+        &self,
+        py: Python<'_>,
+        peer_id: &str,
+        local_idxs: &Bound<'_, PyAny>,
+        remote_idxs: &Bound<'_, PyAny>,
+        notification: Option<&[u8]>,
+    ) -> PyResult<u64> {
+        self.post(py, false, peer_id, local_idxs, remote_idxs, notification)
+    }
+
+    /// Sends a notification without a transfer; returns a transfer id done once delivered.
+    fn notify(&self, py: Python<'_>, peer_id: &str, message: &[u8]) -> PyResult<u64> {
+        let peer = self::peer_id(peer_id);
+        let t = self.t();
+        py.detach(|| t.notify(&peer, message))
+            .map(TransferId::get)
+            .py()
+    }
+
+    /// Completions of `peer_id`'s transfers (every peer's: `None`) since the last poll, as
+    /// `PollResult(done, failed, peer_fault)`; each id is reported once.
+    #[pyo3(signature = (peer_id = None))]
+    fn poll<'py>(&self, py: Python<'py>, peer_id: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
+        static POLL_RESULT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let peer = peer_id.map(self::peer_id);
+        let t = self.t();
+        let r = py.detach(|| t.poll(peer.as_ref())).py()?;
+        let done: Vec<u64> = r.done.iter().map(|i| i.get()).collect();
+        let failed: Vec<u64> = r.failed.iter().map(|(i, _)| i.get()).collect();
+        let fault = r.peer_fault.map(|f| f.to_string());
+        cached_type(py, &POLL_RESULT, "PollResult")?.call1((done, failed, fault))
+    }
+
+    /// As `poll`, with why each transfer failed: `(done, [(id, reason, message)],
+    /// peer_fault)`; `reason` is a stable label (`"remote_disconnect"`, `"aborted"`, ...).
+    #[pyo3(signature = (peer_id = None))]
+    #[allow(clippy::type_complexity)]
+    fn poll_detailed(
+        &self,
+        py: Python<'_>,
+        peer_id: Option<&str>,
+    ) -> PyResult<(Vec<u64>, Vec<(u64, &'static str, String)>, Option<String>)> {
+        let peer = peer_id.map(self::peer_id);
+        let t = self.t();
+        let r = py.detach(|| t.poll(peer.as_ref())).py()?;
+        Ok((
+            r.done.iter().map(|i| i.get()).collect(),
+            r.failed
+                .iter()
+                .map(|(i, why)| (i.get(), why.label(), why.to_string()))
+                .collect(),
+            r.peer_fault.map(|f| f.to_string()),
+        ))
+    }
+
+    /// Cancels transfers. `mode="immediate"`: stop tracking them, return `[]`. `mode="wait"`:
+    /// release only those that stopped; the ids returned are still running and surface later
+    /// through `poll`. Unknown ids are ignored.
+    #[pyo3(signature = (transfer_ids, mode = "immediate"))]
+    fn cancel(
+        &self,
+        py: Python<'_>,
+        transfer_ids: &Bound<'_, PyAny>,
+        mode: &str,
+    ) -> PyResult<Vec<u64>> {
+        let mode = match mode {
+            "immediate" => CancelMode::Immediate,
+            "wait" => CancelMode::Wait,
+            other => {
+                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                    "cancel mode {other:?}: expected \"immediate\" or \"wait\""
+                )));
+            }
+        };
+        let mut ids = Vec::new();
+        for item in transfer_ids.try_iter()? {
+            // An id that cannot be one of ours (negative, not an int) is unknown: ignored.
+            if let Ok(id) = item?.extract::<u64>() {
+                ids.push(TransferId(id));
+            }
+        }
+        let t = self.t();
+        py.detach(|| t.cancel(&ids, mode))
+            .map(|still| still.into_iter().map(TransferId::get).collect())
+            .py()
+    }
+
+    /// Notifications received, in arrival order, each once: from `sender` only (a transport
+    /// name), or from every sender (`None`). A list of `Notification(sender, message)`.
+    #[pyo3(signature = (sender = None))]
+    fn notifications<'py>(
+        &self,
+        py: Python<'py>,
+        sender: Option<&str>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        static NOTIFICATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+        let t = self.t();
+        let got = py.detach(|| t.notifications(sender)).py()?;
+        let class = cached_type(py, &NOTIFICATION, "Notification")?;
+        got.into_iter()
+            .map(|n| class.call1((n.sender, PyBytes::new(py, &n.message))))
+            .collect()
+    }
+
+    /// Counters of the notification queue: received, drained, queued, dropped_full,
+    /// discarded_closed, malformed.
+    fn notification_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.t().notification_stats();
+        let d = PyDict::new(py);
+        d.set_item("received", s.received)?;
+        d.set_item("drained", s.drained)?;
+        d.set_item("queued", s.queued)?;
+        d.set_item("dropped_full", s.dropped_full)?;
+        d.set_item("discarded_closed", s.discarded_closed)?;
+        d.set_item("malformed", s.malformed)?;
+        Ok(d)
+    }
+
+    /// Per-peer telemetry (needs `telemetry=True`), `None` when off: a dict of peer id to
+    /// counts and latency percentiles in seconds.
+    fn telemetry<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(snapshot) = self.t().telemetry() else {
+            return Ok(None);
+        };
+        let out = PyDict::new(py);
+        for p in snapshot.peers {
+            let d = PyDict::new(py);
+            d.set_item("transfers", p.transfers)?;
+            d.set_item("done", p.done)?;
+            d.set_item("failed", p.failed.into_iter().collect::<Vec<_>>())?;
+            d.set_item("cancelled", p.cancelled)?;
+            d.set_item("bytes", p.bytes)?;
+            for (what, l) in [("latency", p.latency), ("submit", p.submit)] {
+                let s = PyDict::new(py);
+                s.set_item("count", l.count)?;
+                s.set_item("p50", l.p50.as_secs_f64())?;
+                s.set_item("p90", l.p90.as_secs_f64())?;
+                s.set_item("p99", l.p99.as_secs_f64())?;
+                s.set_item("max", l.max.as_secs_f64())?;
+                d.set_item(what, s)?;
+            }
+            out.set_item(p.peer.to_string(), d)?;
+        }
+        Ok(Some(out))
+    }
+
+    /// Closes the transport: stops registrations, cancels transfers, waits (bounded by the
+    /// close timeout) until none runs, revokes every peer's access. Idempotent; every other
+    /// call afterwards raises `ClosedError`. Once it returns, the buffer may be freed (unless
+    /// `revokes_access` is false or the close had to be forced: then this object keeps it).
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let t = self.t();
+        let r = py.detach(|| t.close());
+        self.release_owner();
+        r.py()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let t = self.t();
+        format!(
+            "Transport(backend='{}', name='{}', blocks={} x {} B at {:#x}, peers={}, \
+             inflight={}, closed={})",
+            t.backend_kind(),
+            t.name(),
+            t.num_blocks(),
+            t.block_len(),
+            t.base_addr(),
+            t.peers().len(),
+            t.in_flight(None),
+            if t.is_closed() { "True" } else { "False" },
+        )
+    }
+}
+
+impl Drop for PyTransport {
+    fn drop(&mut self) {
+        // SAFETY: `inner` is taken once, here, and never used again (the object is going).
+        let inner = unsafe { ManuallyDrop::take(&mut self.inner) };
+        let (leaked, revokes) = Python::attach(|py| {
+            // Dropping closes: that waits for transfers, so without the GIL.
+            py.detach(move || {
+                let _ = inner.close();
+                let state = (inner.region().is_leaked(), inner.capabilities().revoke);
+                drop(inner);
+                state
+            })
+        });
+        if leaked || !revokes {
+            if let Some(owner) = self.owner.lock().take() {
+                if leaked {
+                    tracing::warn!(
+                        "blockwire transport closed while a transfer could not be stopped: \
+                         its buffer stays referenced for the process's lifetime"
+                    );
+                } else {
+                    tracing::debug!(
+                        "this backend setting cannot revoke a same-host peer's access: the \
+                         transport's buffer stays referenced for the process's lifetime"
+                    );
+                }
+                std::mem::forget(owner);
+            }
+        }
+    }
+}
