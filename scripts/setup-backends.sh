@@ -7,15 +7,17 @@
 #   nixl: the runtime libraries of the PyPI wheel nixl-cu12==1.5.1 (pip download, unzip) into
 #         target/nixl-runtime, where blockwire-nixl looks by default (BLOCKWIRE_NIXL_LIB_DIR
 #         overrides); the UCX backend plugin there runs on DRAM without a GPU
+#   python: scripts/setup-python.sh (a venv with maturin, pytest, numpy and mypy in
+#         target/python-venv, and vLLM 0.33.0's ABC files), for the Python package's tests
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
 # g++: libFuzzer (scripts/fuzz.sh, and the fuzz crate's clippy); iproute2 and procps: the
-# two-host tests' network namespaces (ip netns, sysctl).
+# two-host tests' network namespaces (ip netns, sysctl); python3-venv: the Python tests' venv.
 $SUDO apt-get install -y -qq --no-install-recommends pkg-config libclang-dev libucx-dev libfabric-dev \
-    g++ iproute2 procps
+    g++ iproute2 procps python3 python3-venv
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 runtime="$root/target/nixl-runtime"
@@ -27,3 +29,5 @@ if [ ! -f "$runtime/.nixl_cu12.mesonpy.libs/libnixl_capi.so" ]; then
 fi
 test -f "$runtime/.nixl_cu12.mesonpy.libs/libnixl_capi.so"
 echo "NIXL runtime: $runtime/.nixl_cu12.mesonpy.libs"
+
+bash "$root/scripts/setup-python.sh"

@@ -117,7 +117,7 @@ class ECTransport:
             )
         except (ValueError, TypeError, KeyError) as exc:
             raise DescriptorError(f"malformed memory descriptor: {exc}", "descriptor") from exc
-        agent_name = describe(metadata)["name"]
+        agent_name = str(describe(metadata)["name"])
         self._transport.add_remote_peer(
             agent_name,
             metadata,

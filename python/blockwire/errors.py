@@ -55,7 +55,7 @@ class Error(Exception):
     def __str__(self) -> str:
         return self.message
 
-    def __reduce__(self):  # picklable across processes (multiprocessing)
+    def __reduce__(self) -> tuple[type[Error], tuple[str, str]]:  # picklable (multiprocessing)
         return (type(self), (self.message, self.kind))
 
 

@@ -67,7 +67,7 @@ class P2PTransport:
         self,
         agent_name: str,
         view: Any,
-        config_fields: dict | None = None,
+        config_fields: dict[str, Any] | None = None,
         backend: str = "shm",
         options: Mapping[str, Any] | None = None,
         **transport_options: Any,
@@ -223,8 +223,9 @@ class P2PTransport:
     def _submit(
         self, op: str, peer_id: str, local_idxs: list[int], remote_idxs: list[int]
     ) -> int | None:
+        post = self._transport.write_blocks if op == "write_blocks" else self._transport.read_blocks
         try:
-            return getattr(self._transport, op)(peer_id, local_idxs, remote_idxs)
+            return post(peer_id, local_idxs, remote_idxs)
         except ClosedError:
             raise
         except Error as exc:

@@ -35,7 +35,8 @@ EC_BASE_MODULE = "vllm.distributed.ec_transfer.ec_connector.cpu.data.base"
 
 def _base(module: str) -> type | None:
     try:
-        return importlib.import_module(module).DataTransport
+        base: type = importlib.import_module(module).DataTransport
+        return base
     except ImportError:
         return None
     except Exception as exc:  # vLLM present but failing to import: stand alone, say why
@@ -49,12 +50,12 @@ VLLM_P2P_BASE = _base(P2P_BASE_MODULE)
 VLLM_EC_BASE = _base(EC_BASE_MODULE)
 
 
-class BlockwireP2PTransport(P2PTransport, *((VLLM_P2P_BASE,) if VLLM_P2P_BASE else ())):
+class BlockwireP2PTransport(P2PTransport, *((VLLM_P2P_BASE,) if VLLM_P2P_BASE else ())):  # type: ignore[misc]
     """:class:`blockwire.P2PTransport`, a subclass of vLLM's P2P ``DataTransport`` when vLLM
     is importable."""
 
 
-class BlockwireECTransport(ECTransport, *((VLLM_EC_BASE,) if VLLM_EC_BASE else ())):
+class BlockwireECTransport(ECTransport, *((VLLM_EC_BASE,) if VLLM_EC_BASE else ())):  # type: ignore[misc]
     """:class:`blockwire.ECTransport`, a subclass of vLLM's encoder-cache ``DataTransport``
     when vLLM is importable."""
 

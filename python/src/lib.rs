@@ -6,13 +6,14 @@
 //! `blockwire.ECTransport`, `blockwire.vllm`) are Python, in `blockwire/`, over this class:
 //! the contract's rules stay in the Rust crate, once.
 //!
-//! The library's `tracing` events reach Python's `logging` (loggers named after the Rust
-//! module, `blockwire.*`), through the `log` facade and pyo3-log.
+//! The library's `tracing` events reach Python's `logging`, under the `blockwire` logger
+//! ([`logging`]).
 
 mod buffer;
 mod errors;
 mod future;
 mod indices;
+mod logging;
 mod options;
 mod transport;
 
@@ -22,9 +23,7 @@ use pyo3::types::PyDict;
 /// The extension module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    // A second import in one process (a sub-interpreter, a reload) finds the logger set:
-    // that one keeps serving.
-    let handle = pyo3_log::try_init().ok();
+    let handle = logging::install(m)?;
     m.add_class::<transport::PyTransport>()?;
     m.add_class::<LoggingCache>()?;
     m.add("_logging", LoggingCache { handle })?;

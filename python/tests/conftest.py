@@ -12,7 +12,12 @@ import os
 import numpy as np
 import pytest
 
-import blockwire
+# As the workspace's .cargo/config.toml does for the Rust tests: NIXL's bundled UCX crashes at
+# exit when rdma-core is installed unless its InfiniBand modules are left out. Before any
+# transport opens (UCX reads it then); children of multiprocessing inherit it.
+os.environ.setdefault("UCX_MODULES", "^ib*")
+
+import blockwire  # noqa: E402
 
 # The backends' settings the Rust suite runs, by name: (backend, options).
 SETTINGS = {
@@ -85,6 +90,6 @@ def setting(request):
 
 def pytest_report_header(config):
     return [
-        f"blockwire {blockwire.__version__}: backends built {blockwire.backends()}, "
-        f"settings tested {selected_settings()}"
+        f"blockwire {blockwire.__version__} from {os.path.dirname(blockwire.__file__)}: "
+        f"backends built {blockwire.backends()}, settings tested {selected_settings()}"
     ]
