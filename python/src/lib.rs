@@ -1,13 +1,13 @@
 //! blockwire for Python: the extension module `blockwire._native`.
 //!
-//! One class, [`transport::PyTransport`] (`blockwire.Transport` in Python): the Rust
+//! One class, `transport::PyTransport` (`blockwire.Transport` in Python): the Rust
 //! [`blockwire::Transport`] over a buffer the caller owns, with every call that can wait or
 //! copy run with the GIL released. The vLLM-shaped adapters (`blockwire.P2PTransport`,
 //! `blockwire.ECTransport`, `blockwire.vllm`) are Python, in `blockwire/`, over this class:
 //! the contract's rules stay in the Rust crate, once.
 //!
 //! The library's `tracing` events reach Python's `logging`, under the `blockwire` logger
-//! ([`logging`]).
+//! (module `logging`).
 
 mod buffer;
 mod errors;

@@ -16,6 +16,10 @@ use crate::options::Settings;
 
 /// A block transport over a buffer this object keeps referenced.
 ///
+/// Every call into the transport that takes one of its locks runs with the GIL released: a
+/// library thread may log (which takes the GIL) while it holds such a lock, and a caller
+/// waiting for that lock with the GIL held would deadlock.
+///
 /// `Transport(view, backend="shm", *, name=None, config_fields=None, options=None,
 /// stall_timeout=None, close_timeout=None, max_consecutive_failures=None,
 /// notification_capacity=None, telemetry=False)`: see `blockwire/_native.pyi` for the whole
@@ -227,14 +231,20 @@ impl PyTransport {
 
     /// Transfers submitted and not yet reported by `poll`.
     #[getter]
-    fn inflight_count(&self) -> usize {
-        self.t().in_flight(None)
+    fn inflight_count(&self, py: Python<'_>) -> usize {
+        let t = self.t();
+        py.detach(|| t.in_flight(None))
     }
 
     /// Published peers, sorted.
     #[getter]
-    fn peers(&self) -> Vec<String> {
-        let mut p: Vec<String> = self.t().peers().iter().map(|p| p.to_string()).collect();
+    fn peers(&self, py: Python<'_>) -> Vec<String> {
+        let t = self.t();
+        let mut p: Vec<String> = py
+            .detach(|| t.peers())
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
         p.sort();
         p
     }
@@ -242,19 +252,23 @@ impl PyTransport {
     /// Whether close revokes every peer's access to the memory in this setting; when false,
     /// the buffer stays referenced for the process's lifetime.
     #[getter]
-    fn revokes_access(&self) -> bool {
-        self.t().capabilities().revoke
+    fn revokes_access(&self, py: Python<'_>) -> bool {
+        let t = self.t();
+        py.detach(|| t.capabilities().revoke)
     }
 
     /// Transfers of `peer_id` (of every peer: `None`) submitted and not yet reported.
     #[pyo3(signature = (peer_id = None))]
-    fn in_flight(&self, peer_id: Option<&str>) -> usize {
-        self.t().in_flight(peer_id.map(self::peer_id).as_ref())
+    fn in_flight(&self, py: Python<'_>, peer_id: Option<&str>) -> usize {
+        let peer = peer_id.map(self::peer_id);
+        let t = self.t();
+        py.detach(|| t.in_flight(peer.as_ref()))
     }
 
     /// The bytes a peer passes to its `add_remote_peer`.
     fn descriptor<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let d = self.t().descriptor().py()?;
+        let t = self.t();
+        let d = py.detach(|| t.descriptor()).py()?;
         Ok(PyBytes::new(py, &d.to_bytes()))
     }
 
@@ -439,7 +453,8 @@ impl PyTransport {
     /// Counters of the notification queue: received, drained, queued, dropped_full,
     /// discarded_closed, malformed.
     fn notification_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.t().notification_stats();
+        let t = self.t();
+        let s = py.detach(|| t.notification_stats());
         let d = PyDict::new(py);
         d.set_item("received", s.received)?;
         d.set_item("drained", s.drained)?;
@@ -453,7 +468,8 @@ impl PyTransport {
     /// Per-peer telemetry (needs `telemetry=True`), `None` when off: a dict of peer id to
     /// counts and latency percentiles in seconds.
     fn telemetry<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
-        let Some(snapshot) = self.t().telemetry() else {
+        let t = self.t();
+        let Some(snapshot) = py.detach(|| t.telemetry()) else {
             return Ok(None);
         };
         let out = PyDict::new(py);
@@ -499,20 +515,22 @@ impl PyTransport {
         Ok(false)
     }
 
-    fn __repr__(&self) -> String {
+    fn __repr__(&self, py: Python<'_>) -> String {
         let t = self.t();
-        format!(
-            "Transport(backend='{}', name='{}', blocks={} x {} B at {:#x}, peers={}, \
+        py.detach(|| {
+            format!(
+                "Transport(backend='{}', name='{}', blocks={} x {} B at {:#x}, peers={}, \
              inflight={}, closed={})",
-            t.backend_kind(),
-            t.name(),
-            t.num_blocks(),
-            t.block_len(),
-            t.base_addr(),
-            t.peers().len(),
-            t.in_flight(None),
-            if t.is_closed() { "True" } else { "False" },
-        )
+                t.backend_kind(),
+                t.name(),
+                t.num_blocks(),
+                t.block_len(),
+                t.base_addr(),
+                t.peers().len(),
+                t.in_flight(None),
+                if t.is_closed() { "True" } else { "False" },
+            )
+        })
     }
 }
 
