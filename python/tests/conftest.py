@@ -57,12 +57,6 @@ class Setting:
         self.backend, self.options = SETTINGS[name]
         self.opened: list[blockwire.Transport] = []
 
-    @property
-    def detects_remote_close(self) -> bool:
-        # UCX 1.13's shared-memory transports cannot detect a peer's failure (as in the
-        # Rust suite: `peer_errors=false`), nor can libfabric's shm provider.
-        return self.name not in ("ucx-shm", "libfabric-shm")
-
     def kwargs(self) -> dict:
         return {"backend": self.backend, "options": dict(self.options)}
 

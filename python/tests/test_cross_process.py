@@ -152,8 +152,6 @@ def test_ec_read_with_notification_across_processes(setting, child):
 
 
 def test_target_closing_fails_transfers_in_bounded_time(setting, child):
-    if not setting.detects_remote_close:
-        pytest.skip(f"{setting.name} does not detect a remote close (as in the Rust suite)")
     p2p = P2PTransport("parent", setting.memory(), **setting.kwargs(), stall_timeout=1.0)
     setting.opened.append(p2p.transport)
     d = blockwire.describe(child.descriptor)
@@ -172,8 +170,6 @@ def test_target_closing_fails_transfers_in_bounded_time(setting, child):
 
 
 def test_target_killed_fails_transfers_in_bounded_time(setting, child):
-    if not setting.detects_remote_close:
-        pytest.skip(f"{setting.name} does not detect a remote disconnect (as in the Rust suite)")
     t, _ = parent(setting)
     t.add_remote_peer("child", child.descriptor)
     tid = t.write_blocks("child", [0], [0])

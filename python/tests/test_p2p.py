@@ -197,8 +197,6 @@ def test_bad_registration_fails_the_future_and_the_call(setting):
 def test_peer_fault_is_sticky_until_remove(setting):
     """The target closes: transfers to it fail, the peer is reported faulted on every
     scoped poll until remove_remote_peer, and posts to it return None meanwhile."""
-    if not setting.detects_remote_close:
-        pytest.skip(f"{setting.name} does not detect a remote close (as in the Rust suite)")
     a, b = Node(setting, "a", stall_timeout=1.0), Node(setting, "b")
     a.connect(b, "b")
     b.t.close()
