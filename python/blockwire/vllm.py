@@ -7,6 +7,9 @@ DataTransport``, so ``isinstance`` holds and vLLM's code takes them where it tak
 transports. Without vLLM the same classes stand alone (``VLLM_P2P_BASE`` and
 ``VLLM_EC_BASE`` are then ``None``). vLLM is never a dependency of blockwire.
 
+:func:`use_in_vllm` makes vLLM's P2P tier construct blockwire's transport where it constructs
+``NixlTransport``.
+
 Example::
 
     import numpy as np
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from typing import Any
 
 from .ec import ECTransport
 from .p2p import P2PTransport
@@ -60,11 +64,65 @@ class BlockwireECTransport(ECTransport, *((VLLM_EC_BASE,) if VLLM_EC_BASE else (
     when vLLM is importable."""
 
 
+#: Where vLLM 0.33's P2P tier constructs its data transport (``NixlTransport(...)``).
+P2P_MANAGER_MODULE = "vllm.v1.kv_offload.tiering.p2p.manager"
+
+
+def use_in_vllm(
+    backend: str = "shm",
+    options: dict[str, Any] | None = None,
+    **transport_options: Any,
+) -> type[BlockwireP2PTransport]:
+    """Makes vLLM's P2P tier use blockwire: where its manager constructs ``NixlTransport``,
+    it gets a :class:`BlockwireP2PTransport` over ``backend`` instead.
+
+    vLLM builds its transport in one place, as ``NixlTransport(agent_name, view,
+    config_fields=..., backends=..., num_threads=...)``; this replaces that name in the
+    manager's module by a subclass taking the same arguments (``backends`` and
+    ``num_threads``, NIXL's, are accepted and not used: blockwire's backend and options are
+    the ones given here). Call it before vLLM starts its KV-offload tier, for example in a
+    plugin or a ``sitecustomize``. Returns the class installed.
+
+    Raises:
+        ImportError: vLLM (0.33's P2P tier) is not importable.
+    """
+    manager = importlib.import_module(P2P_MANAGER_MODULE)
+
+    class VllmP2PTransport(BlockwireP2PTransport):
+        """:class:`BlockwireP2PTransport` constructed the way vLLM constructs
+        ``NixlTransport``."""
+
+        def __init__(
+            self,
+            agent_name: str,
+            view: Any,
+            config_fields: dict[str, Any] | None = None,
+            backends: list[str] | None = None,
+            num_threads: int = 4,
+        ) -> None:
+            logger.debug(
+                "blockwire.vllm: %s over %s (NIXL's backends=%s, num_threads=%s not used)",
+                agent_name,
+                backend,
+                backends,
+                num_threads,
+            )
+            super().__init__(
+                agent_name, view, config_fields, backend, options, **transport_options
+            )
+
+    setattr(manager, "NixlTransport", VllmP2PTransport)  # noqa: B010 - a module of vLLM
+    logger.info("blockwire.vllm: vLLM's P2P tier now uses blockwire over %s", backend)
+    return VllmP2PTransport
+
+
 __all__ = [
     "BlockwireECTransport",
     "BlockwireP2PTransport",
     "EC_BASE_MODULE",
     "P2P_BASE_MODULE",
+    "P2P_MANAGER_MODULE",
     "VLLM_EC_BASE",
     "VLLM_P2P_BASE",
+    "use_in_vllm",
 ]

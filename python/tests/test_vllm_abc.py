@@ -10,6 +10,7 @@ The files are found in ``$BLOCKWIRE_VLLM_REFERENCE`` (a folder holding
 
 from __future__ import annotations
 
+import ctypes
 import importlib
 import importlib.util
 import inspect
@@ -154,3 +155,31 @@ def test_without_vllm_the_classes_stand_alone():
     assert blockwire.vllm.BlockwireP2PTransport.__mro__[1] is blockwire.P2PTransport
     t = blockwire.vllm.BlockwireP2PTransport("alone", np.zeros((2, 64), np.uint8))
     t.close()
+
+
+def test_use_in_vllm_replaces_the_managers_transport(vllm_abcs, setting):
+    """vLLM's manager builds ``NixlTransport(name, view, config_fields=..., backends=...,
+    num_threads=...)``; after use_in_vllm that call site builds a blockwire transport."""
+    p2p_abc, _, adapters = vllm_abcs
+    manager = types.ModuleType(adapters.P2P_MANAGER_MODULE)
+    manager.NixlTransport = object
+    sys.modules[adapters.P2P_MANAGER_MODULE] = manager
+    installed = adapters.use_in_vllm(setting.backend, setting.options)
+    assert manager.NixlTransport is installed
+    view = memoryview(bytearray(8 * 4096)).cast("B", (8, 4096))
+    # The shape of vLLM 0.33's call site.
+    t = manager.NixlTransport(
+        "3b8f6a52-5d1e-4c1a-9a56-0c1f2a7b9e11",
+        view,
+        config_fields={"model": "m", "block_size": 16},
+        backends=["UCX"],
+        num_threads=4,
+    )
+    try:
+        assert isinstance(t, p2p_abc) and t.transport.backend == setting.backend
+        assert t.config_fingerprint == p2p_abc._compute_fingerprint({"model": "m", "block_size": 16})
+        # The address the ABC's own constructor computes for this view.
+        assert t.base_addr == ctypes.addressof(ctypes.c_char.from_buffer(view))
+        assert (t.num_blocks, t.block_len) == (8, 4096)
+    finally:
+        t.close()
