@@ -124,13 +124,6 @@ impl PyTransport {
         });
         id.map(TransferId::get).py()
     }
-
-    /// Releases the buffer after a close that left no peer able to reach it.
-    fn release_owner(&self) {
-        if !memory_still_reachable(self.t()) {
-            drop(self.owner.lock().take());
-        }
-    }
 }
 
 #[pymethods]
@@ -500,9 +493,12 @@ impl PyTransport {
     /// `revokes_access` is false or the close had to be forced: then this object keeps it).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let t = self.t();
-        let r = py.detach(|| t.close());
-        self.release_owner();
-        r.py()
+        let (closed, reachable) = py.detach(|| (t.close(), memory_still_reachable(t)));
+        if !reachable {
+            // No peer reaches the memory any more: the caller may free it.
+            drop(self.owner.lock().take());
+        }
+        closed.py()
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
