@@ -129,8 +129,11 @@ mod link;
 mod local;
 mod notify;
 mod post;
+mod reap;
 mod recv;
 mod retry;
+
+pub use reap::{ReapReport, reap_stale_shm_files};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -245,6 +248,11 @@ impl OpenBackend for OfiBackend {
             endpoint_per_peer,
             inbox,
         };
+        if settings.provider == "shm" {
+            // Files of processes that died without closing their endpoints (and one left by
+            // an earlier process with this pid would make the provider refuse this endpoint).
+            reap::at_open();
+        }
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
         tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
         Ok(OfiBackend {
