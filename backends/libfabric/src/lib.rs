@@ -25,7 +25,9 @@
 //!   libfabric while polling and 0.98 while waiting.
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
-//!   leaves files in `/dev/shm` when its endpoints are not closed).
+//!   leaves files in `/dev/shm` when its endpoints are not closed: a process killed with
+//!   `SIGKILL` leaves one per endpoint, which the next `shm` open on the host removes, see
+//!   [`reap_stale_shm_files`]).
 //! - **Endpoints**: one RDM endpoint receives (its name is in the descriptor). Posts go
 //!   through an endpoint of each peer's own (`endpoint_per_peer`, the default wherever the
 //!   provider does not bind registrations to endpoints), with its own completion queue and
