@@ -96,6 +96,7 @@
 //! | `wait` | `true` but on `shm` | block on the completion queue's wait object where the provider has one |
 //! | `endpoint_per_peer` | `true` unless the provider binds registrations to endpoints | post to each peer through an endpoint of its own (see **Endpoints**) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
+//! | `reap_stale_files` | `true` | on `shm`, first remove the files of dead processes from `/dev/shm` ([`reap_stale_shm_files`]); `false` where `/dev/shm` is shared with processes of another pid namespace |
 //!
 //! ```
 //! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
@@ -234,6 +235,10 @@ impl OpenBackend for OfiBackend {
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
+        let reap_stale_files = options
+            .take::<bool>("reap_stale_files")
+            .map_err(open_err)?
+            .unwrap_or(true);
         // Half the stall timeout: a peer that refuses every post fails as a remote disconnect
         // (what it is) before the stall watchdog would cut it as merely stalled.
         // With no stall timeout, half the default one: such a peer is gone, and
@@ -250,7 +255,7 @@ impl OpenBackend for OfiBackend {
             endpoint_per_peer,
             inbox,
         };
-        if settings.provider == "shm" {
+        if reap_stale_files && settings.provider == "shm" {
             // Files of processes that died without closing their endpoints (and one left by
             // an earlier process with this pid would make the provider refuse this endpoint).
             reap::at_open();

@@ -290,6 +290,10 @@ fn examine(path: &Path, name: &str, (uid, euid): (u32, u32)) -> Option<(Metadata
     if !meta.file_type().is_file() || meta.uid() != euid {
         return None;
     }
+    // The process is examined after the file was seen (and per file, never from an earlier
+    // look): gone then means every process that had this pid when the file was made is gone.
+    // A later process with the pid never adopts the file (libfabric's smr_create finds it,
+    // sees its own pid in the header alive, and refuses), so it cannot become live meanwhile.
     let decision = decide(parsed, ctime_ns(&meta), owner(parsed.pid), || {
         maps_file(parsed.pid, meta.dev(), meta.ino())
     });
