@@ -279,9 +279,9 @@ fn uids() -> (u32, u32) {
     unsafe { (libc::getuid(), libc::geteuid()) }
 }
 
-/// Examines one entry of `dir`: `Some(why)` when it is a stale file of the provider, to be
-/// removed (the metadata it had when examined comes with it).
-fn examine(path: &Path, name: &str, (uid, euid): (u32, u32)) -> Option<(Metadata, Decision)> {
+/// Examines one entry of `/dev/shm` (or of a test's directory): the metadata it had and the
+/// reason, when it is a stale file of the provider to be removed.
+fn examine(path: &Path, name: &str, (uid, euid): (u32, u32)) -> Option<(Metadata, &'static str)> {
     let parsed = parse_name(name)?;
     if parsed.uid != uid {
         return None;
@@ -290,22 +290,60 @@ fn examine(path: &Path, name: &str, (uid, euid): (u32, u32)) -> Option<(Metadata
     if !meta.file_type().is_file() || meta.uid() != euid {
         return None;
     }
-    // The process is examined after the file was seen (and per file, never from an earlier
-    // look): gone then means every process that had this pid when the file was made is gone.
-    // A later process with the pid never adopts the file (libfabric's smr_create finds it,
-    // sees its own pid in the header alive, and refuses), so it cannot become live meanwhile.
+    // The process is examined after the file was seen, for each file (never from an earlier
+    // look): gone then means that every process that had this pid when the file was made is
+    // gone. A later process given the pid does not take such a file over: libfabric's
+    // smr_create refuses a region whose header names a live pid (its own included) and adopts
+    // only one whose header pid is 0, which is kept here (below); to reuse a message file's
+    // name it would have to start, open an endpoint and send within the microseconds until
+    // the unlink.
     let decision = decide(parsed, ctime_ns(&meta), owner(parsed.pid), || {
         maps_file(parsed.pid, meta.dev(), meta.ino())
     });
-    if let Decision::Keep(why) = decision {
-        tracing::trace!(path = %path.display(), why, "libfabric shm file kept");
-        return None;
-    }
+    let why = match decision {
+        Decision::Stale(why) => why,
+        Decision::Keep(why) => {
+            tracing::trace!(path = %path.display(), why, "libfabric shm file kept");
+            return None;
+        }
+    };
     if !parsed.message && header_pid(path, &meta) != i32::try_from(parsed.pid).ok() {
         tracing::debug!(path = %path.display(), "kept: its header does not name the pid of its name");
         return None;
     }
-    Some((meta, decision))
+    Some((meta, why))
+}
+
+/// What became of one entry.
+enum Outcome {
+    Removed,
+    /// Not a stale file of the provider, or removed by someone else first.
+    Left,
+    Failed(io::Error),
+}
+
+/// Removes the entry `path` (named `name`) if it is a stale file of the provider.
+fn reap_path(path: &Path, name: &str, ids: (u32, u32)) -> Outcome {
+    let Some((meta, why)) = examine(path, name, ids) else {
+        return Outcome::Left;
+    };
+    // The name may have been replaced since it was examined.
+    match std::fs::symlink_metadata(path) {
+        Ok(now) if unchanged(&meta, &now) => {}
+        _ => return Outcome::Left,
+    }
+    match std::fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), why, "removed a stale libfabric shm file");
+            Outcome::Removed
+        }
+        // Another reaper (a transport opening in another thread or process) was first.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Outcome::Left,
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "could not remove a stale libfabric shm file");
+            Outcome::Failed(e)
+        }
+    }
 }
 
 /// [`reap_stale_shm_files`] over `dir`.
@@ -317,53 +355,24 @@ fn reap_dir(dir: &Path) -> io::Result<ReapReport> {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let path = entry.path();
-        let Some((meta, Decision::Stale(why))) = examine(&path, name, ids) else {
-            continue;
-        };
-        // The name may have been replaced since it was examined.
-        match std::fs::symlink_metadata(&path) {
-            Ok(now) if unchanged(&meta, &now) => {}
-            _ => continue,
-        }
-        match std::fs::remove_file(&path) {
-            Ok(()) => {
-                tracing::info!(path = %path.display(), why, "removed a stale libfabric shm file");
-                report.removed.push(path);
-            }
-            // Another reaper (a transport opening in another thread or process) was first.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(path = %path.display(), error = %e, "could not remove a stale libfabric shm file");
-                report.failed.push((path, e));
-            }
+        match reap_path(&path, name, ids) {
+            Outcome::Removed => report.removed.push(path),
+            Outcome::Left => {}
+            Outcome::Failed(e) => report.failed.push((path, e)),
         }
     }
     Ok(report)
 }
 
-/// Whether `path` names a stale file of the provider (the rules of [`reap_stale_shm_files`]),
-/// and if so removes it: for a peer's file once its process exited. Returns whether it did.
+/// Removes `path`, a file in `/dev/shm`, if it is a stale file of the provider (the rules of
+/// [`reap_stale_shm_files`]): for a peer's file once its process exited. Returns whether it
+/// did.
 pub(crate) fn reap_one(path: &Path) -> bool {
     let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
         return false;
     };
-    if path.parent() != Some(Path::new(SHM_DIR)) {
-        return false;
-    }
-    let Some((meta, Decision::Stale(why))) = examine(path, name, uids()) else {
-        return false;
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(now) if unchanged(&meta, &now) => {}
-        _ => return false,
-    }
-    match std::fs::remove_file(path) {
-        Ok(()) => {
-            tracing::info!(path = %path.display(), why, "removed a stale libfabric shm file");
-            true
-        }
-        Err(_) => false,
-    }
+    path.parent() == Some(Path::new(SHM_DIR))
+        && matches!(reap_path(path, name, uids()), Outcome::Removed)
 }
 
 #[cfg(test)]
