@@ -1,8 +1,10 @@
 //! The dead-peer check: a peer process is killed with `SIGKILL` while large transfers to it and
 //! from it are in flight. Every one of them must surface (failed, as a remote disconnect where
 //! the backend detects one) within a bound; cancel-wait must drain; another peer's transfers
-//! must be unaffected; and the peer, restarted with a new descriptor, can be added again and
-//! written to.
+//! must be unaffected; the peer, restarted with a new descriptor, can be added again and
+//! written to; and once every transport that knew the dead peer has closed, no file in
+//! `/dev/shm` that it mapped is left (libfabric's `shm` provider keeps its endpoints' regions
+//! there: a killed process's stay until its peers or the next transport to open remove them).
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -30,6 +32,9 @@ pub struct DeadPeerReport {
     pub surfaced_after: Duration,
     /// Whether a post to the dead peer after the kill was refused (rather than accepted).
     pub post_after_kill_refused: bool,
+    /// The files in `/dev/shm` the peer mapped when it was killed (its own, and its peers'),
+    /// every one of which must be gone at the end (see [`crate::dev_shm::left_behind`]).
+    pub victim_shm_files: usize,
 }
 
 const BLOCKS: u32 = 32;
@@ -101,6 +106,7 @@ pub fn dead_peer_with(
         to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
     }
     // No poll before the kill: whatever finished meanwhile is reported as done afterwards.
+    let victim_files = crate::dev_shm::mapped_by(victim.pid());
     let kill_at = Instant::now();
     victim.kill()?;
 
@@ -161,6 +167,7 @@ pub fn dead_peer_with(
         in_flight_at_kill: in_flight,
         surfaced_after: last,
         post_after_kill_refused,
+        victim_shm_files: victim_files.len(),
         ..Default::default()
     };
     for id in &watched {
@@ -233,5 +240,14 @@ pub fn dead_peer_with(
     restarted.quit()?;
     healthy.quit()?;
     me.close().map_err(err)?;
+    drop(me);
+    // Nothing of the dead peer is left in /dev/shm: its files were removed by the transports
+    // that knew it, or by the first to open after its death (the restarted peer's).
+    let left = crate::dev_shm::left_behind_after(&victim_files, Duration::from_secs(5));
+    if !left.is_empty() {
+        return Err(format!(
+            "{backend}: files the killed peer mapped are still in /dev/shm: {left:?}"
+        ));
+    }
     Ok(report)
 }

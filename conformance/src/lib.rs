@@ -35,6 +35,7 @@ mod cases;
     feature = "nixl"
 ))]
 pub mod dead_peer;
+pub mod dev_shm;
 mod fault;
 mod fixture;
 pub mod memory;

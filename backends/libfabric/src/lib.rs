@@ -25,7 +25,9 @@
 //!   libfabric while polling and 0.98 while waiting.
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
-//!   leaves files in `/dev/shm` when its endpoints are not closed).
+//!   leaves files in `/dev/shm` when its endpoints are not closed: a process killed with
+//!   `SIGKILL` leaves one per endpoint, which the next `shm` open on the host removes, see
+//!   [`reap_stale_shm_files`]).
 //! - **Endpoints**: one RDM endpoint receives (its name is in the descriptor). Posts go
 //!   through an endpoint of each peer's own (`endpoint_per_peer`, the default wherever the
 //!   provider does not bind registrations to endpoints), with its own completion queue and
@@ -94,6 +96,7 @@
 //! | `wait` | `true` but on `shm` | block on the completion queue's wait object where the provider has one |
 //! | `endpoint_per_peer` | `true` unless the provider binds registrations to endpoints | post to each peer through an endpoint of its own (see **Endpoints**) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
+//! | `reap_stale_files` | `true` | on `shm`, first remove the files of dead processes from `/dev/shm` ([`reap_stale_shm_files`]); `false` where `/dev/shm` is shared with processes of another pid namespace |
 //!
 //! ```
 //! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, PeerDescriptor, RegionSpan, XferState};
@@ -129,8 +132,11 @@ mod link;
 mod local;
 mod notify;
 mod post;
+mod reap;
 mod recv;
 mod retry;
+
+pub use reap::{ReapReport, reap_stale_shm_files};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -229,6 +235,10 @@ impl OpenBackend for OfiBackend {
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
+        let reap_stale_files = options
+            .take::<bool>("reap_stale_files")
+            .map_err(open_err)?
+            .unwrap_or(true);
         // Half the stall timeout: a peer that refuses every post fails as a remote disconnect
         // (what it is) before the stall watchdog would cut it as merely stalled.
         // With no stall timeout, half the default one: such a peer is gone, and
@@ -245,6 +255,11 @@ impl OpenBackend for OfiBackend {
             endpoint_per_peer,
             inbox,
         };
+        if reap_stale_files && settings.provider == "shm" {
+            // Files of processes that died without closing their endpoints (and one left by
+            // an earlier process with this pid would make the provider refuse this endpoint).
+            reap::at_open();
+        }
         let fabric = Fabric::open(span, &settings).map_err(open_err)?;
         tracing::info!(attributes = %fabric.attributes, "libfabric backend opened");
         Ok(OfiBackend {

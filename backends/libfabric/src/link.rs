@@ -77,10 +77,12 @@ pub(crate) fn shm_file_name(name: &[u8]) -> Option<&str> {
     Some(text.strip_prefix("fi_shm://").unwrap_or(text))
 }
 
-/// The pid in a `shm` provider endpoint name (`[fi_shm://]<pid>:<uid>:<n>`), if it has one.
+/// The pid in a `shm` provider endpoint name (`[fi_shm://]<pid>:<uid>:<n>`, exactly: see
+/// `crate::reap`), if it has one.
 fn shm_pid(name: &[u8]) -> Option<u32> {
-    let digits: &str = shm_file_name(name)?.split([':', '_']).next()?;
-    digits.parse().ok().filter(|&pid| pid > 0)
+    crate::reap::parse_name(shm_file_name(name)?)
+        .filter(|n| !n.message)
+        .map(|n| n.pid)
 }
 
 impl Link {
@@ -136,13 +138,16 @@ impl Link {
 
     /// Removes the region file of a `shm` peer whose process exited: the provider removes it
     /// when its endpoint closes, so a killed peer leaves it behind (16 MiB in `/dev/shm`),
-    /// and nothing will open it again. This process's mappings of it stay valid.
+    /// and nothing will open it again. This process's mappings of it stay valid. The name
+    /// comes from the peer's descriptor, untrusted: the file goes only if the reaper's rules
+    /// (`crate::reap`: the provider's naming, this user's file, its header naming that dead
+    /// pid) say it is stale.
     fn remove_dead_peer_file(&self) {
         let (Some(process), Some(file)) = (&self.process, &self.shm_file) else {
             return;
         };
-        if process.has_exited() && std::fs::remove_file(file).is_ok() {
-            tracing::debug!(file = %file.display(), "removed the file of a dead shm peer");
+        if process.has_exited() {
+            crate::reap::reap_one(file);
         }
     }
 
@@ -287,8 +292,10 @@ impl Links {
             (None, Some(cut)) if shm => cut.addr,
             (None, _) => insert(fabric.av)?,
         };
+        // `process` is set only for a name of the provider's exact form (`shm_pid`), which
+        // holds no '/': the file is in /dev/shm.
         let shm_file = match (&process, shm_file_name(name)) {
-            (Some(_), Some(file)) => Some(PathBuf::from("/dev/shm").join(file)),
+            (Some(_), Some(file)) => Some(PathBuf::from(crate::reap::SHM_DIR).join(file)),
             _ => None,
         };
         Ok(Arc::new(Link {

@@ -193,6 +193,20 @@ impl SpawnedPeer {
         }
     }
 
+    /// The peer's process id.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     assert!(std::path::Path::new(&format!("/proc/{}", p.pid())).exists());
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Kills the peer with `SIGKILL` (no chance to close anything) and reaps it.
     ///
     /// ```no_run
