@@ -459,7 +459,8 @@ impl PyTransport {
     }
 
     /// Per-peer telemetry (needs `telemetry=True`), `None` when off: a dict of peer id to
-    /// counts and latency percentiles in seconds.
+    /// `transfers`, `done`, `failed` (a dict of failure reason to count), `cancelled`,
+    /// `bytes`, and `latency` and `submit` (count, p50, p90, p99, max, in seconds).
     fn telemetry<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
         let t = self.t();
         let Some(snapshot) = py.detach(|| t.telemetry()) else {
@@ -470,7 +471,7 @@ impl PyTransport {
             let d = PyDict::new(py);
             d.set_item("transfers", p.transfers)?;
             d.set_item("done", p.done)?;
-            d.set_item("failed", p.failed.into_iter().collect::<Vec<_>>())?;
+            d.set_item("failed", p.failed)?;
             d.set_item("cancelled", p.cancelled)?;
             d.set_item("bytes", p.bytes)?;
             for (what, l) in [("latency", p.latency), ("submit", p.submit)] {

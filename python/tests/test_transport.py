@@ -283,7 +283,7 @@ def test_telemetry(setting):
     tid = a.write_blocks("b", [0, 1], [0, 1])
     settle(lambda: a.poll("b"), [tid])
     stats = a.telemetry()["b"]
-    assert stats["done"] == 1 and stats["bytes"] == 2 * 4096
+    assert stats["done"] == 1 and stats["bytes"] == 2 * 4096 and stats["failed"] == {}
     assert stats["latency"]["count"] == 1 and stats["latency"]["max"] > 0
     assert setting.open().telemetry() is None
 
