@@ -26,32 +26,30 @@ fn one(item: &Bound<'_, PyAny>, which: &str, at: usize) -> PyResult<BlockIndex> 
     }
 }
 
+fn all<'py>(
+    items: impl Iterator<Item = Bound<'py, PyAny>>,
+    which: &str,
+) -> PyResult<Vec<BlockIndex>> {
+    items
+        .enumerate()
+        .map(|(at, i)| one(&i, which, at))
+        .collect()
+}
+
 /// The indices in `list`; `which` ("local" or "remote") names it in errors.
 pub(crate) fn extract(list: &Bound<'_, PyAny>, which: &str) -> PyResult<Vec<BlockIndex>> {
     if let Ok(l) = list.cast::<PyList>() {
-        return l
-            .iter()
-            .enumerate()
-            .map(|(at, i)| one(&i, which, at))
-            .collect();
+        return all(l.iter(), which);
     }
     if let Ok(t) = list.cast::<PyTuple>() {
-        return t
-            .iter()
-            .enumerate()
-            .map(|(at, i)| one(&i, which, at))
-            .collect();
+        return all(t.iter(), which);
     }
     // A numpy array (or anything with `tolist`): one call in C gives Python ints, several
     // times cheaper than iterating numpy scalars one by one.
     if let Ok(tolist) = list.getattr(pyo3::intern!(list.py(), "tolist")) {
         if let Ok(items) = tolist.call0() {
             if let Ok(l) = items.cast::<PyList>() {
-                return l
-                    .iter()
-                    .enumerate()
-                    .map(|(at, i)| one(&i, which, at))
-                    .collect();
+                return all(l.iter(), which);
             }
         }
     }
