@@ -20,12 +20,20 @@ from .errors import DescriptorError, UnknownPeerError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["ECTransport", "TransferHandle"]
+__all__ = ["ECTransport", "TransferHandle", "mem_descriptor"]
 
 #: What ``check_xfer_state`` returns for a finished transfer.
 DONE = "DONE"
 #: What ``check_xfer_state`` returns for a transfer still running.
 PROC = "PROC"
+
+
+def mem_descriptor(agent_metadata: bytes) -> bytes:
+    """The block layout :meth:`ECTransport.get_mem_descriptor` gives, for the transport whose
+    metadata (descriptor) this is."""
+    d = describe(agent_metadata)
+    layout = {k: d[k] for k in ("base_addr", "num_blocks", "block_len")}
+    return json.dumps(layout, sort_keys=True).encode()
 
 
 class TransferHandle(NamedTuple):
@@ -97,9 +105,7 @@ class ECTransport:
 
     def get_mem_descriptor(self) -> bytes:
         """The block layout (address, count, length), for a peer's ``add_remote_peer``."""
-        t = self._transport
-        layout = {"base_addr": t.base_addr, "num_blocks": t.num_blocks, "block_len": t.block_len}
-        return json.dumps(layout, sort_keys=True).encode()
+        return mem_descriptor(self._transport.descriptor())
 
     def add_remote_peer(self, metadata: bytes, mem_descriptor: bytes) -> str:
         """Registers a peer from its metadata and block layout; returns its agent name.

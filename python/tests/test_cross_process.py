@@ -13,6 +13,7 @@ from helpers import pattern, settle
 
 import blockwire
 from blockwire import ECTransport, P2PTransport
+from blockwire.ec import mem_descriptor
 
 CTX = mp.get_context("spawn")
 
@@ -138,10 +139,7 @@ def test_ec_read_with_notification_across_processes(setting, child):
     setting.opened.append(consumer.transport)
     child("fill", 9, 0x99)
     # The child's layout, as its ECTransport.get_mem_descriptor() would give it.
-    d = blockwire.describe(child.descriptor)
-    layout = ('{"base_addr": %d, "block_len": %d, "num_blocks": %d}'
-              % (d["base_addr"], d["block_len"], d["num_blocks"])).encode()
-    name = consumer.add_remote_peer(child.descriptor, layout)
+    name = consumer.add_remote_peer(child.descriptor, mem_descriptor(child.descriptor))
     assert name == "child"
     h = consumer.post_read([4], name, [9], b"request-42")
     deadline = time.monotonic() + 20
@@ -152,7 +150,11 @@ def test_ec_read_with_notification_across_processes(setting, child):
 
 
 def test_target_closing_fails_transfers_in_bounded_time(setting, child):
-    p2p = P2PTransport("parent", setting.memory(), **setting.kwargs(), stall_timeout=1.0)
+    """After the target's close, the initiator's WRITEs fail (or are refused once the peer is
+    faulted), and the target's memory, which it may now free, stays as it was."""
+    mem = setting.memory()
+    mem[:] = 0xAB
+    p2p = P2PTransport("parent", mem, **setting.kwargs(), stall_timeout=1.0)
     setting.opened.append(p2p.transport)
     d = blockwire.describe(child.descriptor)
     p2p.add_remote_peer("child", child.descriptor, d["base_addr"], 16, 4096)
@@ -162,11 +164,11 @@ def test_target_closing_fails_transfers_in_bounded_time(setting, child):
         tid = p2p.write_blocks("child", [0], [0])
         if tid is None:
             break  # refused: the peer is faulted
-        _, failed, _ = settle(lambda: p2p.poll("child"), [tid])
-        if failed:
-            break
-        assert time.monotonic() - started < 20, "WRITEs to a closed target kept succeeding"
-    assert time.monotonic() - started < 20
+        done, failed, _ = settle(lambda: p2p.poll("child"), [tid])
+        assert done == [], "a WRITE to a closed target was reported done"
+        assert time.monotonic() - started < 20, "the closed target was never judged faulted"
+    # The target's side: nothing landed after its close returned.
+    assert child("get", 0) == bytes(4096)
 
 
 def test_target_killed_fails_transfers_in_bounded_time(setting, child):

@@ -199,6 +199,7 @@ def test_peer_fault_is_sticky_until_remove(setting):
     scoped poll until remove_remote_peer, and posts to it return None meanwhile."""
     a, b = Node(setting, "a", stall_timeout=1.0), Node(setting, "b")
     a.connect(b, "b")
+    a.mem[:] = 0xCD
     b.t.close()
     fault = None
     deadline = time.monotonic() + 20
@@ -210,6 +211,7 @@ def test_peer_fault_is_sticky_until_remove(setting):
             assert failed == [tid], "a WRITE to a closed target succeeded"
         fault = a.t.poll("b").peer_fault
     assert isinstance(fault, str) and fault
+    assert not b.mem.any(), "bytes landed in the target's memory after its close returned"
     assert a.t.poll("b").peer_fault == fault, "sticky"
     assert a.t.poll().peer_fault is None, "only a scoped poll reports a fault"
     assert a.t.write_blocks("b", [0], [0]) is None
