@@ -58,6 +58,7 @@ pub(crate) fn scale(backends: &dyn Backends, args: &Args, backend: &str, c: Coun
     let tracked = track(&*a, others, &remotes, c)?;
     let poll_loaded_ns = poll_ns(&*a, quiet)?;
     drain(&*a, others, tracked)?;
+    let poll_idle_again_ns = poll_ns(&*a, quiet)?;
 
     let (submits, completes) = big(&*a, &ids[0], c)?;
     let (big_submit_avg_us, big_submit_p99_us) = avg_p99(submits);
@@ -89,6 +90,7 @@ pub(crate) fn scale(backends: &dyn Backends, args: &Args, backend: &str, c: Coun
         tracked,
         poll_idle_ns,
         poll_loaded_ns,
+        poll_idle_again_ns,
         poll_ratio: poll_loaded_ns / poll_idle_ns,
         big_blocks: c.big,
         big_transfers: c.big_transfers,
@@ -207,8 +209,9 @@ fn track(
             std::thread::sleep(Duration::from_millis(1));
         }
     }
-    // Landed is not yet reported: let the backend's completions arrive.
-    std::thread::sleep(Duration::from_millis(50));
+    // Landed is not yet reported: let the backend's completions arrive (acknowledgements
+    // over TCP, for one).
+    std::thread::sleep(Duration::from_millis(300));
     Ok(c.tracked)
 }
 

@@ -70,6 +70,9 @@ pub struct Scale {
     pub poll_idle_ns: f64,
     /// The same poll with [`Scale::tracked`] transfers tracked for the other peers, ns.
     pub poll_loaded_ns: f64,
+    /// The idle poll again once the tracked transfers are drained: how much the idle figure
+    /// itself moves in this run.
+    pub poll_idle_again_ns: f64,
     /// `poll_loaded_ns / poll_idle_ns` (goal: at most 1.5).
     pub poll_ratio: f64,
     /// Blocks of each large transfer.

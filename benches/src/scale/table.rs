@@ -5,6 +5,9 @@ use std::path::Path;
 use super::Scale;
 use crate::Res;
 
+/// One row of the table: its label, its cell of each result, its goal.
+type Row = (String, Box<dyn Fn(&Scale) -> String>, &'static str);
+
 /// Prints one column per backend (and settings), one row per figure, with its goal.
 pub(crate) fn print_table(results: &[Scale]) {
     let Some(first) = results.first() else {
@@ -27,7 +30,7 @@ pub(crate) fn print_table(results: &[Scale]) {
         (Some(a), Some(b)) => format!("{:+.0} MiB", b - a),
         _ => "-".to_owned(),
     };
-    let rows: Vec<(String, Box<dyn Fn(&Scale) -> String>, &str)> = vec![
+    let rows: Vec<Row> = vec![
         (
             "add_remote_peer median".into(),
             Box::new(|s| format!("{:.0} us", s.add_peer_median_us)),
@@ -64,7 +67,12 @@ pub(crate) fn print_table(results: &[Scale]) {
             "",
         ),
         (
-            "  ratio".into(),
+            "  none again (after the drain)".into(),
+            Box::new(|s| format!("{:.0} ns", s.poll_idle_again_ns)),
+            "",
+        ),
+        (
+            "  ratio (tracked / none)".into(),
             Box::new(|s| format!("{:.2}", s.poll_ratio)),
             "<= 1.5",
         ),
