@@ -78,8 +78,8 @@ pub(crate) fn mixed_runs_land_exactly<F: Fixture>(fx: &F) {
 }
 
 /// A run adjacent on both sides that is longer than a backend moves in one operation (more
-/// than 16 MiB, of blocks of an odd size) lands whole, WRITE and READ, and the blocks around
-/// it stay.
+/// than 16 MiB, above any bound a backend uses, of blocks of an odd size) lands whole, WRITE
+/// and READ, and the blocks around it stay.
 ///
 /// Rules: R-POST-DATA.
 pub(crate) fn run_longer_than_one_operation<F: Fixture>(fx: &F) {
