@@ -9,8 +9,10 @@
 //! - **Registration**: one `fi_mr_reg` of the whole region (`FI_REMOTE_WRITE | FI_REMOTE_READ`);
 //!   its key, the addressing mode and the endpoint name go in the descriptor. Adding a peer is
 //!   one `fi_av_insert`.
-//! - **Transfers**: one `fi_writemsg` per block with `FI_DELIVERY_COMPLETE` (a completion means
-//!   the bytes are at the target), READ through `fi_readmsg`. Completions are read from the
+//! - **Transfers**: one `fi_writemsg` per run of blocks adjacent on both sides
+//!   (`kit::checked_runs`, at most the endpoint's `max_msg_size`; a scattered block is a run
+//!   of one) with `FI_DELIVERY_COMPLETE` (a completion means the bytes are at the target),
+//!   READ through `fi_readmsg`. Completions are read from the
 //!   completion queue and routed to their transfer through the operation context; an error
 //!   completion (`fi_cq_readerr`) fails the transfer with the provider's message.
 //! - **Progress**: `tcp`, `net` and `shm` use manual data progress, so a thread of the backend
@@ -141,7 +143,7 @@ pub use reap::{ReapReport, reap_stale_shm_files};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwire_core::kit::{Live, LiveCounts};
+use blockwire_core::kit::{self, Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, DEFAULT_STALL_TIMEOUT, Error, Op, OpenBackend, PeerDescriptor, RegionSpan,
@@ -384,25 +386,30 @@ impl Backend for OfiBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<OfiXfer, BackendError> {
-        let block_len = self.span.block_len();
-        // Every index is checked before the first operation is posted.
-        let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
-        let fabric = &self.fabric;
-        let ops: Vec<RmaOp> = pairs
-            .iter()
-            .map(|pair| RmaOp {
+        // Every index is checked before the first operation is posted. Blocks adjacent on
+        // both sides are one RMA, at most the endpoint's message size.
+        let runs = kit::checked_runs(
+            &self.span,
+            local,
+            remote,
+            peer.num_blocks,
+            self.fabric.max_run_bytes,
+        )?;
+        let ops: Vec<RmaOp> = runs
+            .map(|run| RmaOp {
                 op: op.into(),
-                // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
-                local: unsafe { self.span.base().as_ptr().add(pair.local) },
-                len: block_len,
+                // SAFETY: `run.local` is inside the region (checked by `checked_runs`).
+                local: unsafe { self.span.base().as_ptr().add(run.local) },
+                len: run.len,
                 remote: if peer.virt {
-                    peer.base + pair.remote
+                    peer.base + run.remote
                 } else {
-                    pair.remote
+                    run.remote
                 },
                 key: peer.key,
             })
             .collect();
+        let fabric = &self.fabric;
         let transfer = Transfer::new();
         // SAFETY: the link's endpoint (or the backend's) is live while the link is held; the
         // local blocks stay valid until the backend is dropped, after this transfer is

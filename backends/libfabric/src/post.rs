@@ -1,4 +1,4 @@
-//! Posting the operations of one transfer: RMA (one per block) and a notification's send
+//! Posting the operations of one transfer: RMA (one per run of adjacent blocks) and a notification's send
 //! (`crate::notify`), in order, those the provider refused for now queued for the retry
 //! thread (`crate::retry`).
 
@@ -45,14 +45,14 @@ impl fmt::Display for Verb {
     }
 }
 
-/// One operation of a transfer: one block's RMA, or the send of the transfer's payload.
+/// One operation of a transfer: one run of blocks' RMA, or the send of the transfer's payload.
 #[derive(Clone, Copy)]
 pub(crate) struct RmaOp {
     pub(crate) op: Verb,
-    /// The local block (unused by a send, which reads [`Transfer::payload`]).
+    /// The run's first local block (unused by a send, which reads [`Transfer::payload`]).
     pub(crate) local: *mut u8,
     pub(crate) len: usize,
-    /// The remote block, as the provider addresses it (virtual address or offset).
+    /// The run's first remote block, as the provider addresses it (virtual address or offset).
     pub(crate) remote: u64,
     pub(crate) key: u64,
 }

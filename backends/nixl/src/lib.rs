@@ -10,8 +10,10 @@
 //! - **Descriptor**: carries the agent's name, the region the agent registered and the
 //!   agent's metadata. Connecting checks the region against the descriptor's, loads the
 //!   metadata (`load_remote_md`) and prepares the peer's descriptor list, one descriptor per
-//!   block, so a transfer is `make_xfer_req` with block indices on both prepared lists, then
-//!   `post_xfer_req`.
+//!   block, so a transfer of scattered blocks is `make_xfer_req` with block indices on both
+//!   prepared lists, then `post_xfer_req`. Where blocks are adjacent on both sides
+//!   (`kit::checked_runs`), each run is one descriptor per side of up to
+//!   `kit::DEFAULT_MAX_RUN_BYTES`, in lists made for the transfer (`create_xfer_req`).
 //! - **Names**: NIXL tells agents apart by name only. A peer whose agent has this transport's
 //!   name, or the name of another connected peer with other metadata, is refused at connect
 //!   ([`BackendErrorKind::Unsupported`], saying so; NIXL itself would refuse both). So
@@ -113,13 +115,13 @@ mod runtime;
 
 use std::sync::Arc;
 
-use blockwire_core::kit::{Live, LiveCounts, ProgressThread};
+use blockwire_core::kit::{self, ByteRun, Live, LiveCounts, ProgressThread};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
     decode_frame,
 };
-use nixl_sys::{XferOp, XferRequest, XferStatus};
+use nixl_sys::{MemType, XferDescList, XferOp, XferRequest, XferStatus};
 use parking_lot::Mutex;
 
 use agent::{Inner, agent_name, nixl_error};
@@ -297,28 +299,43 @@ impl Backend for NixlBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<NixlXfer, BackendError> {
-        self.span.block_pairs(local, remote, peer.num_blocks)?;
-        let to_i32 = |v: &[BlockIndex]| {
-            v.iter()
-                .map(|&i| {
-                    i32::try_from(i).map_err(|_| {
-                        BackendError::new(BackendErrorKind::Other, format!("block {i} too large"))
-                    })
-                })
-                .collect::<Result<Vec<i32>, _>>()
-        };
-        let (l, r) = (to_i32(local)?, to_i32(remote)?);
+        // Every index is checked before anything is posted. Blocks adjacent on both sides are
+        // one descriptor per side (`kit::checked_runs`).
+        let runs: Vec<ByteRun> = kit::checked_runs(
+            &self.span,
+            local,
+            remote,
+            peer.num_blocks,
+            kit::DEFAULT_MAX_RUN_BYTES,
+        )?
+        .collect();
         let xop = match op {
             Op::Write => XferOp::Write,
             Op::Read => XferOp::Read,
         };
+        // Built before the agent's lock is taken. `probe_addr` is the peer's block 0.
+        let lists = if runs.len() < local.len() {
+            Some(run_lists(self.span.base_addr(), peer.probe_addr, &runs)?)
+        } else {
+            None
+        };
         let guard = self.inner.lock();
         let inner = guard.as_ref().ok_or_else(revoked)?;
         let list = peer.list.as_ref().ok_or_else(revoked)?;
-        let request = inner
-            .agent
-            .make_xfer_req(xop, &inner.local, &l, list, &r, None)
-            .map_err(|e| nixl_error("make_xfer_req", e))?;
+        let request = match lists {
+            Some((near, far)) => inner
+                .agent
+                .create_xfer_req(xop, &near, &far, &peer.remote, None)
+                .map_err(|e| nixl_error("create_xfer_req", e))?,
+            None => {
+                // Scattered: block indices on the two lists prepared once.
+                let (l, r) = (to_i32(local)?, to_i32(remote)?);
+                inner
+                    .agent
+                    .make_xfer_req(xop, &inner.local, &l, list, &r, None)
+                    .map_err(|e| nixl_error("make_xfer_req", e))?
+            }
+        };
         let running = inner
             .agent
             .post_xfer_req(&request, None)
@@ -428,4 +445,35 @@ impl Drop for NixlBackend {
         // The same order as revoke (a backend dropped without it).
         self.revoke();
     }
+}
+
+/// Block indices as NIXL takes them (`i32`).
+fn to_i32(v: &[BlockIndex]) -> Result<Vec<i32>, BackendError> {
+    v.iter()
+        .map(|&i| {
+            i32::try_from(i).map_err(|_| {
+                BackendError::new(BackendErrorKind::Other, format!("block {i} too large"))
+            })
+        })
+        .collect()
+}
+
+/// The descriptor lists of a transfer's runs: one descriptor per run on each side, at the
+/// local region's base `near` and the peer's `far` (both registered as a whole, so NIXL finds
+/// every run inside one registration).
+fn run_lists(
+    near: u64,
+    far: usize,
+    runs: &[ByteRun],
+) -> Result<(XferDescList<'static>, XferDescList<'static>), BackendError> {
+    let list = || XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e));
+    let bad = || BackendError::new(BackendErrorKind::Other, "a run's address overflows");
+    let near = usize::try_from(near).map_err(|_| bad())?;
+    let (mut l, mut r) = (list()?, list()?);
+    for run in runs {
+        let remote = usize::try_from(run.remote).map_err(|_| bad())?;
+        l.add_desc(near.checked_add(run.local).ok_or_else(bad)?, run.len, 0);
+        r.add_desc(far.checked_add(remote).ok_or_else(bad)?, run.len, 0);
+    }
+    Ok((l, r))
 }

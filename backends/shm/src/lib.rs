@@ -512,18 +512,26 @@ impl Backend for ShmBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<ShmXfer, BackendError> {
-        let block_len = self.span.block_len();
         let local_base = self.span.base().as_ptr() as usize;
         let mut chunks = Vec::new();
         let mut current: Vec<Piece> = Vec::new();
         let mut current_bytes = 0;
-        for pair in self.span.block_pairs(local, remote, peer.num_blocks)? {
+        // Blocks adjacent on both sides are one run, cut into pieces only at chunk ends (the
+        // chunks bound each copy, so runs need no bound of their own).
+        let runs = blockwire_core::kit::checked_runs(
+            &self.span,
+            local,
+            remote,
+            peer.num_blocks,
+            usize::MAX,
+        )?;
+        for run in runs {
             // In range of a region whose end was checked to fit at connect.
-            let rbase = peer.base + pair.remote as usize;
-            let lbase = local_base + pair.local;
+            let rbase = peer.base + run.remote as usize;
+            let lbase = local_base + run.local;
             let mut off = 0;
-            while off < block_len {
-                let len = (self.chunk_bytes - current_bytes).min(block_len - off);
+            while off < run.len {
+                let len = (self.chunk_bytes - current_bytes).min(run.len - off);
                 current.push(Piece {
                     local: lbase + off,
                     remote: rbase + off,

@@ -3,10 +3,11 @@
 //! - **Registration**: one `ucp_mem_map` of the whole region and one packed remote key in the
 //!   descriptor, next to the worker address; adding a peer unpacks that key once and computes
 //!   block addresses, so it costs the same for a thousand blocks as for a million.
-//! - **Transfers**: WRITE posts one `ucp_put_nbx` per block, READ one `ucp_get_nbx`, then a
-//!   `ucp_ep_flush_nbx` on the endpoint; the transfer is done when the flush completes, which
-//!   is when every byte is at the target (remote completion), not when the local buffer is
-//!   merely reusable.
+//! - **Transfers**: WRITE posts one `ucp_put_nbx` per run of blocks adjacent on both sides
+//!   (`kit::checked_runs`, at most `kit::DEFAULT_MAX_RUN_BYTES` each; a scattered block is a
+//!   run of one), READ one `ucp_get_nbx`, then a `ucp_ep_flush_nbx` on the endpoint; the
+//!   transfer is done when the flush completes, which is when every byte is at the target
+//!   (remote completion), not when the local buffer is merely reusable.
 //! - **Progress**: by default a thread of the backend progresses the worker (spinning while
 //!   there is work, backing off to `idle_sleep_us` sleeps when idle, woken by each post), so a passive
 //!   peer that never polls still receives writes: UCX over TCP, and over shared memory on
@@ -122,7 +123,7 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI8, Ordering};
 
-use blockwire_core::kit::{CuttableLink, LinkHold, Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{self, CuttableLink, LinkHold, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
@@ -507,25 +508,32 @@ impl Backend for UcxBackend {
         let link = peer.hold()?;
         // Held through the flush: the endpoint and key are the worker's.
         let worker = self.ucx.worker().ok_or_else(revoked)?;
-        let block_len = self.span.block_len();
-        // Every index is checked before the first operation is posted.
-        let pairs = self.span.block_pairs(local, remote, peer.num_blocks)?;
+        // Every index is checked before the first operation is posted. Blocks adjacent on
+        // both sides are one operation (bounded: UCX sets no practical limit of its own).
+        let runs = kit::checked_runs(
+            &self.span,
+            local,
+            remote,
+            peer.num_blocks,
+            kit::DEFAULT_MAX_RUN_BYTES,
+        )?;
         let shared = Arc::new(TransferCell::running());
         let plain = ucp_request_param_t::default();
-        for (i, pair) in pairs.iter().enumerate() {
-            // SAFETY: `pair.local` is inside the region (checked by `block_pairs`).
-            let local_ptr = unsafe { self.span.base().as_ptr().add(pair.local) };
-            let remote_addr = peer.base + pair.remote;
-            // SAFETY: the local block is valid for `block_len` bytes until the backend is
-            // dropped, which happens only after this transfer is released; the remote range
-            // lies inside the peer's registered region (index checked, size checked when the
-            // descriptor was validated); the endpoint and key are live.
+        for (i, run) in runs.enumerate() {
+            // SAFETY: `run.local` is inside the region (checked by `checked_runs`).
+            let local_ptr = unsafe { self.span.base().as_ptr().add(run.local) };
+            let remote_addr = peer.base + run.remote;
+            // SAFETY: the local run is valid for `run.len` bytes until the backend is
+            // dropped, which happens only after this transfer is released (every block of it
+            // checked inside the region); the remote range lies inside the peer's registered
+            // region (every index checked, size checked when the descriptor was validated);
+            // the endpoint and key are live.
             let request = unsafe {
                 match op {
                     Op::Write => ucp_put_nbx(
                         peer.ep,
                         local_ptr.cast(),
-                        block_len,
+                        run.len,
                         remote_addr,
                         peer.rkey,
                         &plain,
@@ -533,7 +541,7 @@ impl Backend for UcxBackend {
                     Op::Read => ucp_get_nbx(
                         peer.ep,
                         local_ptr.cast(),
-                        block_len,
+                        run.len,
                         remote_addr,
                         peer.rkey,
                         &plain,

@@ -12,6 +12,7 @@ mod peers;
 mod polling;
 mod registration;
 mod remove;
+mod runs;
 mod target;
 mod telemetry;
 mod validation;
@@ -81,6 +82,8 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(data::large_blocks_span_chunks, PLAIN),
         case!(data::read_large_batch, READ),
         case!(data::four_thousand_blocks_in_one_post, PLAIN),
+        case!(runs::mixed_runs_land_exactly, PLAIN),
+        case!(runs::run_longer_than_one_operation, PLAIN),
         case!(ids::unique_and_increasing_across_peers, PLAIN),
         case!(ids::each_reported_exactly_once, PLAIN),
         case!(ids::in_flight_counts, PLAIN),

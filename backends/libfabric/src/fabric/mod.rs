@@ -60,6 +60,9 @@ pub(crate) struct Fabric {
     pub(crate) desc: *mut c_void,
     pub(crate) key: u64,
     pub(crate) virt: bool,
+    /// The most bytes one RMA may move: the endpoint's `max_msg_size`, bounded by
+    /// `kit::DEFAULT_MAX_RUN_BYTES` (a run of blocks is split to fit, `crate::post`).
+    pub(crate) max_run_bytes: usize,
     pub(crate) name: Vec<u8>,
     pub(crate) provider: String,
     /// What `fi_getinfo` granted, in words (for logs and users).

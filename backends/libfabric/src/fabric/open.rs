@@ -5,7 +5,7 @@ use std::ffi::{CStr, CString};
 use std::ptr;
 use std::sync::Arc;
 
-use blockwire_core::kit::ProgressThread;
+use blockwire_core::kit::{self, ProgressThread};
 use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 use libfabric_sys::*;
 use parking_lot::Mutex;
@@ -65,6 +65,7 @@ impl Fabric {
             desc: ptr::null_mut(),
             key: 0,
             virt: false,
+            max_run_bytes: kit::DEFAULT_MAX_RUN_BYTES,
             name: Vec::new(),
             provider: String::new(),
             attributes: String::new(),
@@ -96,6 +97,11 @@ impl Fabric {
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
             self.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
             self.mr_endpoint = mr_mode & FI_MR_ENDPOINT != 0;
+            // 0 where a provider leaves it unset: then only the kit's bound applies.
+            let max_msg = (*info).ep_attr.as_ref().map_or(0, |ep| ep.max_msg_size);
+            if max_msg > 0 {
+                self.max_run_bytes = self.max_run_bytes.min(max_msg);
+            }
             self.carrier = Carrier::of(info, &self.provider);
             let named = [
                 (FI_MR_LOCAL, "FI_MR_LOCAL"),
@@ -117,7 +123,7 @@ impl Fabric {
             };
             self.attributes = format!(
                 "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}, \
-                 notifications {}",
+                 max_msg_size {max_msg}, notifications {}",
                 self.provider,
                 CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy(),
                 flags.join(" "),

@@ -11,7 +11,9 @@
 //! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd);
 //! - [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read
 //!   back with every length checked;
-//! - [`Inbox`]: the notifications that reached a transport, queued by sender until drained.
+//! - [`Inbox`]: the notifications that reached a transport, queued by sender until drained;
+//! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
+//!   sides, as runs a backend moves with one operation each.
 
 mod address;
 mod cell;
@@ -21,6 +23,7 @@ mod live;
 mod posted;
 pub mod process;
 mod progress;
+mod runs;
 
 pub use address::{AddressReader, AddressWriter};
 pub use cell::TransferCell;
@@ -30,3 +33,6 @@ pub use live::{Live, LiveCounts};
 pub use posted::PostedTransfers;
 pub use process::ProcessWatch;
 pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
+pub use runs::{
+    ByteRun, ByteRuns, ContiguousRuns, DEFAULT_MAX_RUN_BYTES, Run, checked_runs, contiguous_runs,
+};
