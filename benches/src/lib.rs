@@ -66,8 +66,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod ceiling;
 mod cli;
 mod measure;
+mod mooncake;
 mod notify;
 mod overhead;
 mod peer_process;
@@ -82,6 +84,7 @@ use blockwire::{Op, Transport, TransportOptions};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
 pub use measure::{Point, Registration, raw_memcpy_gbps};
 pub use notify::NotifyCost;
@@ -171,7 +174,20 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     let ops = args.ops()?;
     let (sweep, reg) = (args.measures("throughput")?, args.measures("registration")?);
     let (notify, telemetry) = (args.measures("notify")?, args.measures("telemetry")?);
+    if let Some(bad) = args
+        .peers
+        .iter()
+        .find(|p| !["mooncake", "none"].contains(&p.as_str()))
+    {
+        return Err(format!("unknown peer {bad:?} (mooncake, none)").into());
+    }
     let mut run = Run::new(args.region_mib);
+    // The ceilings, measured once, before anything else loads the machine.
+    let region = if sweep { args.region_mib << 20 } else { 0 };
+    if sweep {
+        println!("measuring the memory and TCP ceilings");
+        run.ceilings = Ceilings::measure(region, ceiling_time(args))?;
+    }
     // A backend that cannot run in this process (NIXL beside the system UCX) runs in the
     // binary that can, if there is one; one that cannot run at all is reported and left out.
     let mut here = Vec::new();
@@ -198,13 +214,13 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     if args.emit_json.is_some() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut ceiling = measure::Ceiling::new(if sweep { args.region_mib << 20 } else { 0 });
+    let mut single = ceiling::SingleThread::new(region);
     for (backend, caps) in &here {
         for &op in ops.iter().filter(|_| sweep) {
             for &kib in &args.sizes_kib {
                 bar.set_message(format!("{backend} {op} {kib} KiB"));
                 let point =
-                    measure::throughput(backends, args, backend, op, kib << 10, &mut ceiling)?;
+                    measure::throughput(backends, args, backend, op, kib << 10, &mut single)?;
                 run.points.push(point);
                 bar.inc(1);
             }
@@ -229,6 +245,17 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         )?;
     }
     bar.finish_and_clear();
+    if sweep {
+        // Again after the sweep, the better of the two kept: a ceiling measured while the
+        // machine was busier than during the points would flatter them.
+        let again = Ceilings::measure(region, ceiling_time(args))?;
+        run.ceilings.keep_best(&again);
+    }
+    if sweep && args.peers.iter().any(|p| p == "mooncake") {
+        println!("{}: measuring (Python driver)", mooncake::BACKEND);
+        let memcpy_1thr = single.gbps(Duration::from_secs_f64(args.duration / 2.0));
+        mooncake::run(args, memcpy_1thr, &mut run);
+    }
     run.settle();
     if let Some(path) = &args.emit_json {
         std::fs::write(path, serde_json::to_string(&run)?)?;
@@ -308,6 +335,16 @@ fn tempdir() -> Res<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("blockwire-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// How long each setting of the ceilings is measured: `--duration`, within 0.2 to 1 s
+/// (`--quick`: 0.15 s).
+fn ceiling_time(args: &Args) -> Duration {
+    Duration::from_secs_f64(if args.quick {
+        0.15
+    } else {
+        args.duration.clamp(0.2, 1.0)
+    })
 }
 
 /// Peer sizes whose registration is timed.
