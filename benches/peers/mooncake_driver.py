@@ -43,35 +43,45 @@ class Failure(Exception):
     """A transfer failed or moved the wrong bytes."""
 
 
-def pattern(blocks, salt):
-    """The fill byte of each block: its index modulo `salt` (251 initiator, 241 target)."""
+# The fill byte of block i: INITIATOR + i % 127 on the initiator, TARGET + i % 127 on the
+# target, so that no block of one side ever looks like the same block of the other.
+INITIATOR, TARGET = 0, 128
+
+
+def pattern(blocks, side):
+    """The fill byte of each of `blocks` blocks on `side` (INITIATOR or TARGET)."""
     import numpy as np
 
-    return (np.arange(blocks, dtype=np.int64) % salt).astype(np.uint8)
+    return (side + np.arange(blocks, dtype=np.int64) % 127).astype(np.uint8)
 
 
-def fill(buf, block, salt):
-    """Fills each `block`-byte block of `buf` with its pattern byte."""
+def fill(buf, block, side):
+    """Fills each `block`-byte block of `buf` with its pattern byte on `side`."""
     blocks = len(buf) // block
-    buf[: blocks * block].reshape(blocks, block)[:] = pattern(blocks, salt)[:, None]
+    buf[: blocks * block].reshape(blocks, block)[:] = pattern(blocks, side)[:, None]
 
 
-def check(buf, block, salt, idx):
-    """None if every block of `idx` holds its `salt` pattern, else what is wrong."""
+def check(buf, block, side, idx):
+    """None if every block of `idx` in `buf` holds its pattern of `side`, else what is wrong."""
     import numpy as np
 
     blocks = len(buf) // block
     view = buf[: blocks * block].reshape(blocks, block)
-    want = pattern(blocks, salt)
+    want = pattern(blocks, side)
     idx = np.asarray(idx, dtype=np.int64)
     # In slices, so that the check never copies more than a few MiB at a time.
     step = max(1, (8 << 20) // block)
     for at in range(0, len(idx), step):
         part = idx[at : at + step]
-        bad = np.nonzero((view[part] != want[part][:, None]).any(axis=1))[0]
+        wrong = view[part] != want[part][:, None]
+        bad = np.nonzero(wrong.any(axis=1))[0]
         if len(bad):
             i = int(part[bad[0]])
-            return f"block {i} holds {int(view[i][0])}, not {int(want[i])} (of {len(idx)} checked)"
+            off = int(np.argmax(wrong[bad[0]]))
+            return (
+                f"block {i} byte {off} holds {int(view[i][off])}, not {int(want[i])} "
+                f"({len(idx)} blocks checked)"
+            )
     return None
 
 
@@ -109,10 +119,10 @@ class LocalTarget:
         self.base = self.buf.ctypes.data
 
     def fill(self, block):
-        fill(self.buf, block, 241)
+        fill(self.buf, block, TARGET)
 
     def check(self, block, idx):
-        return check(self.buf, block, 251, idx)
+        return check(self.buf, block, INITIATOR, idx)
 
     def close(self):
         pass
@@ -171,10 +181,10 @@ def serve_target(mib):
     for line in sys.stdin:
         msg = json.loads(line)
         if "fill" in msg:
-            fill(buf, msg["fill"], 241)
+            fill(buf, msg["fill"], TARGET)
             emit({"ok": True})
         elif "check" in msg:
-            emit({"wrong": check(buf, msg["check"], 251, msg["blocks"])})
+            emit({"wrong": check(buf, msg["check"], INITIATOR, msg["blocks"])})
         else:
             emit({"error": f"unknown command {line.strip()!r}"})
     return 0
@@ -196,7 +206,7 @@ def point(init, ibuf, target, op, block, args):
     if not args.contiguous:
         random.Random(blocks).shuffle(order)
     groups = max(1, blocks // batch)
-    fill(ibuf, block, 251)
+    fill(ibuf, block, INITIATOR)
     target.fill(block)
     lbase, rbase = ibuf.ctypes.data, target.base
     lists = []
@@ -233,7 +243,7 @@ def point(init, ibuf, target, op, block, args):
     secs = time.perf_counter() - start
     moved = order[: min(k, groups) * batch]
     wrong = (
-        target.check(block, moved) if op == "WRITE" else check(ibuf, block, 241, moved)
+        target.check(block, moved) if op == "WRITE" else check(ibuf, block, TARGET, moved)
     )
     if wrong:
         raise Failure(f"{op} of {block}-byte blocks moved the wrong bytes: {wrong}")

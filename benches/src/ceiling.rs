@@ -15,32 +15,54 @@ use crate::{Args, Res};
 /// Bytes of each `write` (and `read`) of the TCP ceiling.
 const TCP_CHUNK: usize = 4 << 20;
 
-/// The single-thread `memcpy` over a working set the size of one region, measured again
-/// before every point so that it sees the same machine load as the point.
-pub(crate) struct SingleThread {
+/// Two buffers the size of one region, which the memory figures copy between: a
+/// single-thread `memcpy` (measured again before every point so that it sees the same machine
+/// load as the point) and the threads of the memory ceiling.
+pub(crate) struct WorkingSet {
     src: Vec<u8>,
     dst: Vec<u8>,
 }
 
-impl SingleThread {
+impl WorkingSet {
     pub(crate) fn new(bytes: usize) -> Self {
         let src = vec![1u8; bytes];
         let mut dst = vec![0u8; bytes];
         dst.copy_from_slice(&src); // touch every page first
-        SingleThread { src, dst }
+        WorkingSet { src, dst }
     }
 
-    /// Sustained GB/s over at least `time` (whole passes, at least one).
+    /// Sustained single-thread GB/s over at least `time` (whole passes, at least one).
     pub(crate) fn gbps(&mut self, time: Duration) -> f64 {
-        copy_gbps(&self.src, &mut self.dst, time)
+        self.threads_gbps(1, time)
     }
-}
 
-/// GB/s of copying `src` into `dst` again and again for at least `time` (whole passes, at
-/// least one).
-fn copy_gbps(src: &[u8], dst: &mut [u8], time: Duration) -> f64 {
-    let (copied, took) = copy_for(src, dst, time);
-    copied as f64 / took.as_secs_f64() / 1e9
+    /// GB/s of `threads` threads started together, each copying its share of the set again
+    /// and again for at least `time`: all the bytes over the longest thread's time.
+    fn threads_gbps(&mut self, threads: usize, time: Duration) -> f64 {
+        let share = self.src.len().div_ceil(threads.max(1)).max(1);
+        let start = Barrier::new(self.src.chunks(share).len());
+        let (copied, longest) = std::thread::scope(|s| {
+            let workers: Vec<_> = self
+                .src
+                .chunks(share)
+                .zip(self.dst.chunks_mut(share))
+                .map(|(src, dst)| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        copy_for(src, dst, time)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .filter_map(|w| w.join().ok())
+                .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
+                    (b + n, t.max(took))
+                })
+        });
+        copied as f64 / longest.as_secs_f64().max(1e-9) / 1e9
+    }
 }
 
 /// Copies `src` into `dst` again and again for at least `time` (whole passes, at least one):
@@ -48,7 +70,7 @@ fn copy_gbps(src: &[u8], dst: &mut [u8], time: Duration) -> f64 {
 fn copy_for(src: &[u8], dst: &mut [u8], time: Duration) -> (usize, Duration) {
     let start = Instant::now();
     let mut copied = 0usize;
-    while copied == 0 || start.elapsed() < time {
+    while !src.is_empty() && (copied == 0 || start.elapsed() < time) {
         dst.copy_from_slice(std::hint::black_box(src));
         std::hint::black_box(&mut *dst);
         copied += src.len();
@@ -126,8 +148,9 @@ impl CeilingKind {
     }
 }
 
-/// The run's ceilings, each the best of the settings tried, measured before the sweep and
-/// again after it (the better of the two kept, as [`Ceilings::keep_best`] does).
+/// The run's ceilings, each the best of the settings tried: measured before the sweep and
+/// after it, and probed briefly before each point in the setting that was best so far; the
+/// best figure of each setting is kept.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Ceilings {
     /// Memory: the best GB/s of 1 to `available_parallelism` threads, each copying its share
@@ -147,28 +170,43 @@ pub struct Ceilings {
 }
 
 impl Ceilings {
-    /// Measures both, `time` per setting, over a working set of `bytes`.
-    pub(crate) fn measure(bytes: usize, time: Duration) -> Res<Self> {
+    /// Measures both, `time` per setting, the memory one over `set`.
+    pub(crate) fn measure(set: &mut WorkingSet, time: Duration) -> Res<Self> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let mem_by_threads: Vec<f64> = (1..=cores)
-            .map(|t| threaded_copy_gbps(bytes, t, time))
-            .collect();
-        let (mem_threads, mem_gbps) =
-            best(mem_by_threads.iter().copied().enumerate()).map_or((1, 0.0), |(i, g)| (i + 1, g));
-        let mut tcp_by_connections = Vec::new();
+        let mut c = Ceilings {
+            mem_by_threads: (1..=cores).map(|t| set.threads_gbps(t, time)).collect(),
+            ..Default::default()
+        };
         for n in [1, cores].into_iter().take(if cores > 1 { 2 } else { 1 }) {
-            tcp_by_connections.push((n, tcp_gbps(n, time)?));
+            c.tcp_by_connections.push((n, tcp_gbps(n, time)?));
         }
-        let (tcp_connections, tcp_gbps) =
-            best(tcp_by_connections.iter().copied()).unwrap_or((1, 0.0));
-        Ok(Ceilings {
-            mem_gbps,
-            mem_threads,
-            mem_by_threads,
-            tcp_gbps,
-            tcp_connections,
-            tcp_by_connections,
-        })
+        c.keep_best(&Ceilings::default());
+        Ok(c)
+    }
+
+    /// Measures ceiling `kind` again, briefly (`time`), in its best setting so far, and keeps
+    /// the better figure: done before each point, so that a ceiling measured while the
+    /// machine was busier than during the point does not flatter it.
+    pub(crate) fn probe(
+        &mut self,
+        kind: CeilingKind,
+        set: &mut WorkingSet,
+        time: Duration,
+    ) -> Res<()> {
+        let mut again = Ceilings::default();
+        match kind {
+            CeilingKind::Mem => {
+                let threads = self.mem_threads.max(1);
+                again.mem_by_threads = vec![0.0; threads];
+                again.mem_by_threads[threads - 1] = set.threads_gbps(threads, time);
+            }
+            CeilingKind::Tcp => {
+                let n = self.tcp_connections.max(1);
+                again.tcp_by_connections = vec![(n, tcp_gbps(n, time)?)];
+            }
+        }
+        self.keep_best(&again);
+        Ok(())
     }
 
     /// Keeps, setting by setting, the better of these and `other` (the same ceilings measured
@@ -203,36 +241,6 @@ impl Ceilings {
 /// The `(key, GB/s)` with the highest GB/s.
 fn best<K>(it: impl Iterator<Item = (K, f64)>) -> Option<(K, f64)> {
     it.max_by(|a, b| a.1.total_cmp(&b.1))
-}
-
-/// GB/s of `threads` threads, each copying its share of a `bytes` buffer into another for
-/// at least `time`, started together: all the bytes over the longest thread's time.
-fn threaded_copy_gbps(bytes: usize, threads: usize, time: Duration) -> f64 {
-    let share = bytes.div_ceil(threads).max(1);
-    let src = vec![1u8; bytes.max(1)];
-    let mut dst = vec![0u8; bytes.max(1)];
-    let start = Barrier::new(src.chunks(share).len());
-    let (copied, longest) = std::thread::scope(|s| {
-        let workers: Vec<_> = src
-            .chunks(share)
-            .zip(dst.chunks_mut(share))
-            .map(|(src, dst)| {
-                let start = &start;
-                s.spawn(move || {
-                    dst.copy_from_slice(src); // touch every page first
-                    start.wait();
-                    copy_for(src, dst, time)
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .filter_map(|w| w.join().ok())
-            .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
-                (b + n, t.max(took))
-            })
-    });
-    copied as f64 / longest.as_secs_f64().max(1e-9) / 1e9
 }
 
 /// GB/s received over `connections` loopback TCP connections, each sent `TCP_CHUNK`-byte
@@ -346,12 +354,19 @@ mod tests {
 
     #[test]
     fn the_ceilings_keep_the_best_setting() {
-        let c = Ceilings::measure(1 << 20, Duration::from_millis(5)).expect("measured");
+        let mut set = WorkingSet::new(1 << 20);
+        let mut c = Ceilings::measure(&mut set, Duration::from_millis(5)).expect("measured");
         let best = c.mem_by_threads.iter().copied().fold(0.0, f64::max);
         assert_eq!(c.mem_gbps, best);
         assert_eq!(c.mem_by_threads[c.mem_threads - 1], best);
         assert!(c.tcp_by_connections.iter().all(|&(_, g)| g <= c.tcp_gbps));
         assert_eq!(c.of(CeilingKind::Tcp), c.tcp_gbps);
+        let before = (c.mem_gbps, c.tcp_gbps);
+        for kind in [CeilingKind::Mem, CeilingKind::Tcp] {
+            c.probe(kind, &mut set, Duration::from_millis(5))
+                .expect("probed");
+        }
+        assert!(c.mem_gbps >= before.0 && c.tcp_gbps >= before.1);
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use blockwire::{Capabilities, Op, PeerId, Region, TransferId, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::ceiling::{CeilingKind, SingleThread};
+use crate::ceiling::{CeilingKind, Ceilings, WorkingSet};
 use crate::remote::{PEER, Remote, initiator};
 use crate::{Args, Backends, Res, Shape};
 
@@ -189,7 +189,7 @@ pub(crate) fn throughput(
     backend: &str,
     op: Op,
     block: usize,
-    single: &mut SingleThread,
+    (set, ceilings): (&mut WorkingSet, &mut Ceilings),
 ) -> Res<Point> {
     let shape = shape(args, op, block, Duration::from_secs_f64(args.duration))?;
     let remote = Remote::open(backends, args, backend, shape.blocks, block)?;
@@ -202,7 +202,9 @@ pub(crate) fn throughput(
         args.options(backend)?,
         &remote,
     )?;
-    let memcpy_1thr_gbps = single.gbps(shape.run_for / 2);
+    let memcpy_1thr_gbps = set.gbps(shape.run_for / 2);
+    let ceiling = CeilingKind::of(backend, args);
+    ceilings.probe(ceiling, set, shape.run_for / 4)?;
     let Pumped {
         gbps,
         submits,
@@ -221,7 +223,7 @@ pub(crate) fn throughput(
         batch: shape.batch,
         depth: args.depth,
         gbps,
-        ceiling: CeilingKind::of(backend, args),
+        ceiling,
         // Set with the run's ceilings, once they are known (`Run::settle`).
         ceiling_gbps: 0.0,
         ratio_to_ceiling: 0.0,

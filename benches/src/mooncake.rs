@@ -249,6 +249,51 @@ mod tests {
         assert!(quiet.skipped.is_empty());
     }
 
+    /// The real driver at a tiny geometry, with this workspace's venv: with mooncake there,
+    /// every point of both placements, checked; without it, the reason.
+    #[test]
+    fn the_driver_measures_both_placements_or_says_why_not() {
+        let args = test_args(&[
+            "--sizes-kib=64",
+            "--region-mib=2",
+            "--duration=0.05",
+            "--batch=4",
+            "--depth=2",
+        ]);
+        if !python(&args).exists() {
+            eprintln!(
+                "no {}: scripts/setup-python.sh makes it",
+                python(&args).display()
+            );
+            return;
+        }
+        let mut run = Run::new(2);
+        super::run(&args, 1.0, &mut run);
+        if run.points.is_empty() {
+            assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);
+            assert!(run.skipped[0].contains("mooncake"), "{:?}", run.skipped);
+            return;
+        }
+        assert!(run.skipped.is_empty(), "{:?}", run.skipped);
+        let mut seen: Vec<(String, bool)> = run
+            .points
+            .iter()
+            .map(|p| (p.op.clone(), p.cross_process))
+            .collect();
+        seen.sort();
+        let want = [
+            ("READ", false),
+            ("READ", true),
+            ("WRITE", false),
+            ("WRITE", true),
+        ];
+        assert_eq!(seen, want.map(|(o, x)| (o.to_owned(), x)));
+        for p in &run.points {
+            assert!(p.peer && p.backend == BACKEND && p.ceiling == CeilingKind::Tcp);
+            assert!(p.gbps > 0.0 && p.batch == 4 && p.depth == 2 && p.block_bytes == 65536);
+        }
+    }
+
     #[test]
     fn the_driver_gets_the_bench_geometry() {
         let args = test_args(&["--quick", "--batch=8", "--depth=2"]);

@@ -113,8 +113,8 @@ fn print_ceilings(run: &Run) {
             (lo.min(p.memcpy_1thr_gbps), hi.max(p.memcpy_1thr_gbps))
         });
     println!(
-        "ceilings, measured before and after the sweep, the best kept (/ceil: the one that \
-         bounds the setting):"
+        "ceilings, measured before and after the sweep and probed before each point, the best \
+         kept (/ceil: the one that bounds the setting):"
     );
     println!(
         "  mem  {:>6.2} GB/s: memcpy over {} MiB, best of 1 to {} threads ({}) and of /1thr",
