@@ -281,7 +281,7 @@ def main():
         import numpy  # noqa: F401
         from mooncake.engine import TransferEngine  # noqa: F401
     except ImportError as err:
-        emit({"skipped": f"{sys.executable} cannot import mooncake.engine ({err})"})
+        emit({"skipped": f"{sys.executable} cannot import numpy and mooncake.engine ({err})"})
         return 0
     if args.serve_target:
         return serve_target(args.region_mib)

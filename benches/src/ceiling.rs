@@ -106,7 +106,9 @@ impl CeilingKind {
     ///   and the default falls back to TCP lanes (see the ucx backend's docs).
     /// - libfabric: TCP for the providers `tcp` (the default), `net`, `sockets` and any
     ///   `tcp;...`/`...;ofi_rxm` stack over them; memory for `shm` and others.
-    /// - shm and nixl (NIXL's UCX in one process moves data through shared memory): memory.
+    /// - nixl: memory, unless `UCX_TLS` (which NIXL's bundled UCX reads) has no shared-memory
+    ///   transport.
+    /// - shm and any other: memory.
     pub fn of(backend: &str, args: &Args) -> Self {
         match backend {
             "ucx" => {
@@ -117,6 +119,8 @@ impl CeilingKind {
                 Self::of_ucx(tls.as_deref(), peer_errors)
             }
             "libfabric" => Self::of_libfabric(args.option(backend, "provider").as_deref()),
+            // NIXL's bundled UCX: shared memory unless `UCX_TLS` leaves it out.
+            "nixl" => Self::of_ucx(std::env::var("UCX_TLS").ok().as_deref(), false),
             _ => CeilingKind::Mem,
         }
     }
@@ -312,7 +316,9 @@ mod tests {
     fn each_setting_gets_the_ceiling_of_its_data_path() {
         let kind = |backend: &str, flags: &[&str]| CeilingKind::of(backend, &test_args(flags));
         assert_eq!(kind("shm", &[]), CeilingKind::Mem);
-        assert_eq!(kind("nixl", &[]), CeilingKind::Mem);
+        // nixl follows `UCX_TLS`, as its UCX does.
+        let nixl = CeilingKind::of_ucx(std::env::var("UCX_TLS").ok().as_deref(), false);
+        assert_eq!(kind("nixl", &[]), nixl);
         assert_eq!(kind("libfabric", &[]), CeilingKind::Tcp);
         assert_eq!(
             kind("libfabric", &["--opt=libfabric:provider=shm"]),

@@ -92,6 +92,7 @@ pub(crate) fn run(args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
                 complete_p99_us: r.complete_p99_us,
             }));
             for s in skipped {
+                println!("{BACKEND}: skipped: {s}");
                 run.skipped.push(format!("{BACKEND}: {s}"));
             }
         }
@@ -105,7 +106,8 @@ pub(crate) fn run(args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
 /// Runs the driver: its rows and what it skipped, or why it could not run.
 fn points(args: &Args) -> Res<(Vec<Row>, Vec<String>)> {
     let python = python(args);
-    if !python.exists() {
+    // A bare name (`python3`) is looked up in PATH when it starts; a path must be there.
+    if python.components().count() > 1 && !python.exists() {
         return Err(format!(
             "no python at {} (scripts/setup-python.sh makes target/python-venv with \
              mooncake-transfer-engine-non-cuda; or pass --peer-python)",
