@@ -34,7 +34,8 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
     /// What to measure: throughput (the sweep), registration (`add_remote_peer`), notify (the
-    /// cost of a notification), telemetry (the overhead of telemetry on).
+    /// cost of a notification), telemetry (the overhead of telemetry on), scale (see `--scale`;
+    /// not by default).
     #[arg(
         long,
         value_delimiter = ',',
@@ -58,6 +59,15 @@ pub struct Args {
     /// Seconds of each telemetry-overhead measurement [default: --duration; --quick: 0.1].
     #[arg(long)]
     pub telemetry_duration: Option<f64>,
+    /// The scale mode alone (as `--measures=scale`): one transport with 16 peers of 19,599
+    /// blocks; `add_remote_peer` time and resident memory, scoped poll cost with 10,000
+    /// transfers tracked, 4,000-block WRITEs, memory over many transfers (its own table and
+    /// `scale.json`).
+    #[arg(long)]
+    pub scale: bool,
+    /// One-block WRITEs of the scale mode's memory churn [default: 1000000; --quick: 20000].
+    #[arg(long)]
+    pub scale_transfers: Option<u64>,
     /// A short run for CI: two sizes, short measurements, smaller regions, fewer
     /// notification-cost pairs and telemetry rounds.
     #[arg(long)]
@@ -105,14 +115,23 @@ impl Args {
             .get_or_insert(if quick { 200 } else { 2000 });
         self.telemetry_rounds
             .get_or_insert(if quick { 2 } else { 3 });
+        self.scale_transfers.get_or_insert(if quick {
+            crate::scale::CHURN_QUICK
+        } else {
+            crate::scale::CHURN_FULL
+        });
+        if self.scale {
+            self.measures = vec!["scale".into()];
+        }
         let duration = self.duration;
         self.telemetry_duration
             .get_or_insert(if quick { 0.1 } else { duration });
     }
 
-    /// Whether `what` (`throughput`, `registration`, `notify`, `telemetry`) is to be measured.
+    /// Whether `what` (`throughput`, `registration`, `notify`, `telemetry`, `scale`) is to be
+    /// measured.
     pub(crate) fn measures(&self, what: &str) -> Res<bool> {
-        const KNOWN: [&str; 4] = ["throughput", "registration", "notify", "telemetry"];
+        const KNOWN: [&str; 5] = ["throughput", "registration", "notify", "telemetry", "scale"];
         if let Some(bad) = self.measures.iter().find(|m| !KNOWN.contains(&m.as_str())) {
             return Err(format!("unknown measure {bad:?} ({})", KNOWN.join(", ")).into());
         }
@@ -182,6 +201,9 @@ impl Args {
         }
         if let Some(d) = self.telemetry_duration {
             v.push(format!("--telemetry-duration={d}"));
+        }
+        if let Some(n) = self.scale_transfers {
+            v.push(format!("--scale-transfers={n}"));
         }
         v.extend(self.opts.iter().map(|o| format!("--opt={o}")));
         if self.allocate {

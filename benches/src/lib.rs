@@ -57,7 +57,9 @@
 //!   GB/s and of the average (and median) time in the submit call.
 //!
 //! `--measures` picks among `throughput`, `registration`, `notify` and `telemetry` (all by
-//! default, `--quick` included, with fewer pairs and shorter rounds).
+//! default, `--quick` included, with fewer pairs and shorter rounds), and `scale`, which
+//! `--scale` runs alone: one transport with 16 peers of 19,599 blocks (its own table and
+//! `scale.json`; see [`Scale`]).
 //!
 //! The nixl backend cannot share a process with the system UCX the ucx backend loads, so
 //! `blockwire-bench` runs it in its sibling binary `blockwire-bench-nixl` and merges the
@@ -102,6 +104,7 @@ mod overhead;
 mod peer_process;
 mod remote;
 mod report;
+mod scale;
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -117,6 +120,7 @@ pub use measure::{Point, Registration, raw_memcpy_gbps};
 pub use notify::NotifyCost;
 pub use overhead::TelemetryCost;
 pub use report::Run;
+pub use scale::Scale;
 
 /// The error type of the bench: anything printable.
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -209,7 +213,8 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         return Err(format!("unknown peer {bad:?} (mooncake, none)").into());
     }
     let mut run = Run::new(args.region_mib);
-    // The ceilings, measured once, before anything else loads the machine.
+    let mut scaled = Vec::new();
+    // The ceilings, measured first (again after the sweep, and probed before each point).
     let region = if sweep { args.region_mib << 20 } else { 0 };
     let mut set = ceiling::WorkingSet::new(region);
     if sweep {
@@ -223,7 +228,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         match backends.open(backend, 1, 4096, args.options(backend)?, args.allocate) {
             Ok(t) => here.push((backend.clone(), t.capabilities())),
             Err(e) if is_unsupported(&*e) => match backends.elsewhere(backend) {
-                Some(cmd) => run.merge(run_elsewhere(cmd, args, backend)?),
+                Some(cmd) => run.merge(run_elsewhere(cmd, args, backend, &mut scaled)?),
                 None => {
                     println!("{backend}: skipped: {e}");
                     run.skipped.push(format!("{backend}: {e}"));
@@ -291,13 +296,20 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
         mooncake::run(args, memcpy_1thr, &mut run);
     }
+    if args.measures("scale")? {
+        let names: Vec<String> = here.iter().map(|(b, _)| b.clone()).collect();
+        scaled.extend(scale::run_here(backends, args, &names)?);
+    }
     run.settle();
     if let Some(path) = &args.emit_json {
         std::fs::write(path, serde_json::to_string(&run)?)?;
+        scale::emit_beside(path, &scaled)?;
         return Ok(());
     }
     report::print_tables(&run);
+    scale::print_table(&scaled);
     let dir = report::write(&run, &args.results)?;
+    scale::write(&scaled, &dir)?;
     println!("\nresults (JSON and SVG plot): {}", dir.display());
     Ok(())
 }
@@ -345,8 +357,14 @@ fn skip(bar: &ProgressBar, run: &mut Run, why: String) {
     run.skipped.push(why);
 }
 
-/// Runs `backend` in another binary and reads back what it measured.
-fn run_elsewhere(mut cmd: std::process::Command, args: &Args, backend: &str) -> Res<Run> {
+/// Runs `backend` in another binary and reads back what it measured (its scale results into
+/// `scaled`).
+fn run_elsewhere(
+    mut cmd: std::process::Command,
+    args: &Args,
+    backend: &str,
+    scaled: &mut Vec<Scale>,
+) -> Res<Run> {
     let dir = tempdir()?;
     let out = dir.join("run.json");
     println!(
@@ -362,6 +380,7 @@ fn run_elsewhere(mut cmd: std::process::Command, args: &Args, backend: &str) -> 
         return Err(format!("{backend}: {:?} failed ({status})", cmd.get_program()).into());
     }
     let run = serde_json::from_slice(&std::fs::read(&out)?)?;
+    scaled.extend(scale::read_beside(&out)?);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(run)
 }
