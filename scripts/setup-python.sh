@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # The Python side of the tests: a virtual environment at target/python-venv with maturin,
 # pytest, numpy and mypy (the `pytest` test of blockwire-python installs the package into it
-# and runs python/tests), and vLLM 0.33.0's two DataTransport ABC files, extracted from its
-# wheel into target/vllm-reference (python/tests/test_vllm_abc.py checks the adapters
-# against them). Needs python3 with venv and PyPI. Idempotent.
+# and runs python/tests), Mooncake's transfer engine (mooncake-transfer-engine-non-cuda,
+# which blockwire-bench runs as a peer through benches/peers/mooncake_driver.py; where no
+# wheel fits this machine it is left out and the bench reports the peer skipped), and vLLM
+# 0.33.0's two DataTransport ABC files, extracted from its wheel into target/vllm-reference
+# (python/tests/test_vllm_abc.py checks the adapters against them). Needs python3 with venv
+# and PyPI. Idempotent.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 venv="$root/target/python-venv"
@@ -15,6 +18,13 @@ fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
 "$venv/bin/python" -m pip install --quiet "maturin>=1.9,<2" "pytest>=7" "numpy>=1.24" mypy
 echo "python environment: $venv ($("$venv/bin/python" --version))"
+mooncake="mooncake-transfer-engine-non-cuda>=0.3.13,<0.4"
+if "$venv/bin/python" -m pip install --quiet "$mooncake"; then
+    echo "Mooncake transfer engine (the bench's peer): $("$venv/bin/python" -m pip show \
+        mooncake-transfer-engine-non-cuda | sed -n 's/^Version: //p')"
+else
+    echo "warning: $mooncake did not install; blockwire-bench reports its Mooncake peer skipped" >&2
+fi
 
 ref="$root/target/vllm-reference"
 if [ ! -f "$ref/vllm-0.33.0-p2p-data-base.py" ] || [ ! -f "$ref/vllm-0.33.0-ec-data-base.py" ]; then

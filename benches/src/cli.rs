@@ -82,6 +82,14 @@ pub struct Args {
     /// Let each backend allocate its regions (UCX: `ucp_mem_map` ALLOCATE).
     #[arg(long)]
     pub allocate: bool,
+    /// Peer engines measured at the same geometry for comparison: `mooncake` (its transfer
+    /// engine over TCP, in one process and across two, through a Python driver), or `none`.
+    #[arg(long, value_delimiter = ',', default_value = "mooncake")]
+    pub peers: Vec<String>,
+    /// The python that runs the peers' drivers [default: this workspace's
+    /// target/python-venv/bin/python, which scripts/setup-python.sh makes].
+    #[arg(long)]
+    pub peer_python: Option<PathBuf>,
     /// Folder the results (JSON, SVG plot) go into, one subfolder per run.
     #[arg(long, default_value = "results")]
     pub results: PathBuf,
@@ -181,6 +189,8 @@ impl Args {
             format!("--measures={}", self.measures.join(",")),
             format!("--notify-kib={}", self.notify_kib),
             format!("--telemetry-kib={}", self.telemetry_kib),
+            // The peers run once, in the binary that merges.
+            "--peers=none".into(),
         ];
         // Settled (`--quick` applied), so that the other binary runs the same counts.
         if let Some(n) = self.notify_iters {
@@ -222,6 +232,7 @@ mod tests {
             "--telemetry-rounds=2",
             "--telemetry-duration=0.1",
             "--measures=throughput,registration,notify,telemetry",
+            "--peers=none",
         ] {
             assert!(fwd.iter().any(|f| f == flag), "{flag} not in {fwd:?}");
         }

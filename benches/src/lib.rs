@@ -1,16 +1,42 @@
-//! `blockwire-bench`: compares the backends compiled in, side by side, against the memory
-//! ceiling and each backend's raw library, measured in the same run.
+//! `blockwire-bench`: compares the backends compiled in, side by side, against the ceiling
+//! that bounds each one, each backend's raw library, and Mooncake's transfer engine, measured
+//! in the same run.
 //!
 //! For each backend, operation and block size it keeps `depth` transfers of `batch` blocks in
 //! flight between two transports (in this process, or with `--cross-process` the remote one in
 //! a spawned process) for `duration` seconds, over regions larger than the last-level cache,
-//! and prints GB/s; the ratio to a single-thread `memcpy` over the same working set, measured
-//! just before the point; the ratio to the backend's raw baseline (the same batches through
-//! the library with nothing of blockwire in between: `memcpy` for shm, `ucp_put_nbx` + flush
-//! for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl); and average and p99 submit
-//! and completion times. Then the time to add a peer of 1,000, 19,599 and 1,000,000 blocks.
-//! Results also go to `results/run-*/` as JSON and an SVG plot. Ratios measured in one run
-//! are what to compare: these machines are shared and noisy.
+//! and prints GB/s and these ratios:
+//!
+//! - `/ceil`, to the ceiling that bounds the setting (column `ceil`, [`CeilingKind::of`]),
+//!   from [`Ceilings`], measured before and after the sweep and probed briefly before each
+//!   point (in the setting best so far), the best figure kept: **mem**, the best of 1 to
+//!   `available_parallelism` threads each copying its share of a working set the size of one
+//!   region (for shm, nixl, and ucx or libfabric over shared memory); **tcp**, the best of
+//!   one loopback TCP stream and one per core, 4 MiB writes, bytes received (for ucx and
+//!   libfabric over TCP, and the Mooncake peer);
+//! - `/1thr`, to a single-thread `memcpy` over the same working set, measured just before the
+//!   point (what earlier versions called the ceiling);
+//! - `/raw`, to the backend's raw baseline (the same batches through the library with
+//!   nothing of blockwire in between: `memcpy` for shm, `ucp_put_nbx` + flush for ucx,
+//!   `fi_writemsg` for libfabric, a NIXL agent for nixl);
+//! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement;
+//!
+//! and average and p99 submit and completion times. Then the time to add a peer of 1,000,
+//! 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as JSON and an SVG plot
+//! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
+//! what to compare: these machines are shared and noisy.
+//!
+//! **Mooncake as a peer** (`--peers mooncake`, the default; `--peers none` leaves it out): the
+//! driver `benches/peers/mooncake_driver.py`, embedded in the binary, runs Mooncake's
+//! `TransferEngine` (PyPI `mooncake-transfer-engine-non-cuda`, metadata `P2PHANDSHAKE`,
+//! protocol `tcp`) with the python of `--peer-python` (default: this workspace's
+//! `target/python-venv/bin/python`, where `scripts/setup-python.sh` installs it), at the same
+//! block sizes, batch, depth, duration and region size, WRITE and READ, batches of shuffled
+//! block indices, with the bytes of every moved block checked after each point; with both
+//! engines in one process and with the target in a child process. Its rows are backend
+//! `mooncake (peer)` (`peer: true` in the JSON). Without python or mooncake, past its
+//! deadline (`--quick`: 20 s) or when the driver fails, the peer is reported skipped, with
+//! the reason.
 //!
 //! Two more measurements per backend and operation (JSON: `notify` and `telemetry`):
 //!
@@ -42,6 +68,7 @@
 //! ```text
 //! cargo run --release -p blockwire-bench                    # shm, full sweep
 //! cargo run --release -p blockwire-bench -- --quick         # under a minute
+//! cargo run --release -p blockwire-bench -- --peers none    # without the Mooncake peer
 //! cargo run --release -p blockwire-bench -- --measures notify,telemetry --cross-process
 //! cargo run --release -p blockwire-bench --all-features     # every backend
 //! ```
@@ -68,8 +95,10 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod ceiling;
 mod cli;
 mod measure;
+mod mooncake;
 mod notify;
 mod overhead;
 mod peer_process;
@@ -85,6 +114,7 @@ use blockwire::{Op, Transport, TransportOptions};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
 pub use measure::{Point, Registration, raw_memcpy_gbps};
 pub use notify::NotifyCost;
@@ -175,8 +205,22 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     let ops = args.ops()?;
     let (sweep, reg) = (args.measures("throughput")?, args.measures("registration")?);
     let (notify, telemetry) = (args.measures("notify")?, args.measures("telemetry")?);
+    if let Some(bad) = args
+        .peers
+        .iter()
+        .find(|p| !["mooncake", "none"].contains(&p.as_str()))
+    {
+        return Err(format!("unknown peer {bad:?} (mooncake, none)").into());
+    }
     let mut run = Run::new(args.region_mib);
     let mut scaled = Vec::new();
+    // The ceilings, measured first (again after the sweep, and probed before each point).
+    let region = if sweep { args.region_mib << 20 } else { 0 };
+    let mut set = ceiling::WorkingSet::new(region);
+    if sweep {
+        println!("measuring the memory and TCP ceilings");
+        run.ceilings = Ceilings::measure(&mut set, ceiling_time(args))?;
+    }
     // A backend that cannot run in this process (NIXL beside the system UCX) runs in the
     // binary that can, if there is one; one that cannot run at all is reported and left out.
     let mut here = Vec::new();
@@ -203,13 +247,18 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     if args.emit_json.is_some() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    let mut ceiling = measure::Ceiling::new(if sweep { args.region_mib << 20 } else { 0 });
     for (backend, caps) in &here {
         for &op in ops.iter().filter(|_| sweep) {
             for &kib in &args.sizes_kib {
                 bar.set_message(format!("{backend} {op} {kib} KiB"));
-                let point =
-                    measure::throughput(backends, args, backend, op, kib << 10, &mut ceiling)?;
+                let point = measure::throughput(
+                    backends,
+                    args,
+                    backend,
+                    op,
+                    kib << 10,
+                    (&mut set, &mut run.ceilings),
+                )?;
                 run.points.push(point);
                 bar.inc(1);
             }
@@ -234,6 +283,19 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         )?;
     }
     bar.finish_and_clear();
+    if sweep {
+        // Again after the sweep, the better of the two kept: a ceiling measured while the
+        // machine was busier than during the points would flatter them.
+        let again = Ceilings::measure(&mut set, ceiling_time(args))?;
+        run.ceilings.keep_best(&again);
+    }
+    if sweep && args.peers.iter().any(|p| p == "mooncake") {
+        println!("{}: measuring (Python driver)", mooncake::BACKEND);
+        let half = Duration::from_secs_f64(args.duration / 2.0);
+        let memcpy_1thr = set.gbps(half);
+        run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
+        mooncake::run(args, memcpy_1thr, &mut run);
+    }
     if args.measures("scale")? {
         let names: Vec<String> = here.iter().map(|(b, _)| b.clone()).collect();
         scaled.extend(scale::run_here(backends, args, &names)?);
@@ -327,6 +389,16 @@ fn tempdir() -> Res<std::path::PathBuf> {
     let dir = std::env::temp_dir().join(format!("blockwire-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     Ok(dir)
+}
+
+/// How long each setting of the ceilings is measured: `--duration`, within 0.2 to 1 s
+/// (`--quick`: 0.15 s).
+fn ceiling_time(args: &Args) -> Duration {
+    Duration::from_secs_f64(if args.quick {
+        0.15
+    } else {
+        args.duration.clamp(0.2, 1.0)
+    })
 }
 
 /// Peer sizes whose registration is timed.

@@ -1,40 +1,13 @@
-//! Measurements: the memory ceiling, throughput points, the shm raw baseline, registration.
+//! Measurements: throughput points, the shm raw baseline, registration.
 
 use std::time::{Duration, Instant};
 
 use blockwire::{Capabilities, Op, PeerId, Region, TransferId, Transport};
 use serde::{Deserialize, Serialize};
 
+use crate::ceiling::{CeilingKind, Ceilings, WorkingSet};
 use crate::remote::{PEER, Remote, initiator};
 use crate::{Args, Backends, Res, Shape};
-
-/// The memory ceiling: single-thread `memcpy` over a working set the size of one region,
-/// measured again before every point so that it sees the same machine load as the point.
-pub(crate) struct Ceiling {
-    src: Vec<u8>,
-    dst: Vec<u8>,
-}
-
-impl Ceiling {
-    pub(crate) fn new(bytes: usize) -> Self {
-        let src = vec![1u8; bytes];
-        let mut dst = vec![0u8; bytes];
-        dst.copy_from_slice(&src); // touch every page first
-        Ceiling { src, dst }
-    }
-
-    /// Sustained GB/s over at least `time` (whole passes, at least one).
-    pub(crate) fn gbps(&mut self, time: Duration) -> f64 {
-        let start = Instant::now();
-        let mut copied = 0usize;
-        while copied == 0 || start.elapsed() < time {
-            self.dst.copy_from_slice(std::hint::black_box(&self.src));
-            std::hint::black_box(&mut self.dst);
-            copied += self.src.len();
-        }
-        copied as f64 / start.elapsed().as_secs_f64() / 1e9
-    }
-}
 
 /// One throughput measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -53,10 +26,24 @@ pub struct Point {
     pub depth: usize,
     /// Blocks moved per second, in GB/s.
     pub gbps: f64,
-    /// Single-thread `memcpy` GB/s measured just before this point.
+    /// Which ceiling bounds this setting ([`CeilingKind::of`]; a peer over TCP: `tcp`).
+    #[serde(default)]
+    pub ceiling: CeilingKind,
+    /// The run's value of that ceiling, GB/s ([`crate::Run::ceilings`]; runs before those
+    /// were measured put the single-thread `memcpy` here).
     pub ceiling_gbps: f64,
     /// `gbps / ceiling_gbps`.
+    #[serde(default)]
+    pub ratio_to_ceiling: f64,
+    /// Single-thread `memcpy` GB/s over the same working set, measured just before this
+    /// point.
+    #[serde(default)]
+    pub memcpy_1thr_gbps: f64,
+    /// `gbps / memcpy_1thr_gbps`.
     pub ratio_to_memcpy: f64,
+    /// Whether this is a peer engine measured for comparison (Mooncake), not blockwire.
+    #[serde(default)]
+    pub peer: bool,
     /// The same batches through the backend's library without blockwire, if there is a
     /// baseline (measured in one process).
     pub raw_gbps: Option<f64>,
@@ -202,7 +189,7 @@ pub(crate) fn throughput(
     backend: &str,
     op: Op,
     block: usize,
-    ceiling: &mut Ceiling,
+    (set, ceilings): (&mut WorkingSet, &mut Ceilings),
 ) -> Res<Point> {
     let shape = shape(args, op, block, Duration::from_secs_f64(args.duration))?;
     let remote = Remote::open(backends, args, backend, shape.blocks, block)?;
@@ -215,7 +202,9 @@ pub(crate) fn throughput(
         args.options(backend)?,
         &remote,
     )?;
-    let ceiling_gbps = ceiling.gbps(shape.run_for / 2);
+    let memcpy_1thr_gbps = set.gbps(shape.run_for / 2);
+    let ceiling = CeilingKind::of(backend, args);
+    ceilings.probe(ceiling, set, shape.run_for / 4)?;
     let Pumped {
         gbps,
         submits,
@@ -234,14 +223,24 @@ pub(crate) fn throughput(
         batch: shape.batch,
         depth: args.depth,
         gbps,
-        ceiling_gbps,
-        ratio_to_memcpy: gbps / ceiling_gbps,
+        ceiling,
+        // Set with the run's ceilings, once they are known (`Run::settle`).
+        ceiling_gbps: 0.0,
+        ratio_to_ceiling: 0.0,
+        memcpy_1thr_gbps,
+        ratio_to_memcpy: ratio(gbps, memcpy_1thr_gbps),
+        peer: false,
         raw_gbps,
         submit_avg_us,
         submit_p99_us,
         complete_avg_us,
         complete_p99_us,
     })
+}
+
+/// `gbps / of`, 0 when `of` was not measured.
+pub(crate) fn ratio(gbps: f64, of: f64) -> f64 {
+    if of > 0.0 { gbps / of } else { 0.0 }
 }
 
 /// The shm backend's raw baseline: the same batches of block copies between two regions of

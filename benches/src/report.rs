@@ -6,15 +6,19 @@ use plotters::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::Res;
-use crate::measure::{Point, Registration};
+use crate::ceiling::Ceilings;
+use crate::measure::{Point, Registration, ratio};
 use crate::notify::{self, NotifyCost};
 use crate::overhead::{self, TelemetryCost};
 
 /// Everything one run measured.
 #[derive(Serialize, Deserialize, Debug, Default)]
 pub struct Run {
-    /// Median of the memory ceilings measured before each point, GB/s.
+    /// Median of the single-thread `memcpy` measured before each point, GB/s.
     pub memcpy_gbps: f64,
+    /// The memory and TCP ceilings, measured once at the start of the run.
+    #[serde(default)]
+    pub ceilings: Ceilings,
     /// Bytes of each region, MiB.
     pub region_mib: usize,
     /// Throughput points, in the order measured.
@@ -44,57 +48,129 @@ impl Run {
         self.points.extend(other.points);
         self.registration.extend(other.registration);
         self.notify.extend(other.notify);
+        self.ceilings.keep_best(&other.ceilings);
         self.telemetry.extend(other.telemetry);
         self.skipped.extend(other.skipped);
     }
 
-    /// Sets the headline ceiling: the median of the per-point ceilings.
+    /// Sets the headline single-thread figure (the median of the per-point ones), raises the
+    /// memory ceiling to the best single-thread figure of the run if that was higher (the
+    /// machine did reach it), and gives each point the run's value of its ceiling.
     pub(crate) fn settle(&mut self) {
-        let mut c: Vec<f64> = self.points.iter().map(|p| p.ceiling_gbps).collect();
+        let mut c: Vec<f64> = self
+            .points
+            .iter()
+            .filter(|p| !p.peer)
+            .map(|p| p.memcpy_1thr_gbps)
+            .collect();
         c.sort_by(f64::total_cmp);
         self.memcpy_gbps = c.get(c.len() / 2).copied().unwrap_or(0.0);
+        if let Some(&top) = c.last() {
+            if top > self.ceilings.mem_gbps {
+                self.ceilings.mem_gbps = top;
+                self.ceilings.mem_threads = 1;
+            }
+        }
+        for p in &mut self.points {
+            p.ceiling_gbps = self.ceilings.of(p.ceiling);
+            p.ratio_to_ceiling = ratio(p.gbps, p.ceiling_gbps);
+        }
     }
 }
 
-/// Prints one table per backend and operation, then the notification cost, the telemetry
-/// overhead and the registration tables.
-pub(crate) fn print_tables(run: &Run) {
-    let (lo, hi) = run.points.iter().fold((f64::MAX, 0f64), |(lo, hi), p| {
-        (lo.min(p.ceiling_gbps), hi.max(p.ceiling_gbps))
-    });
-    if !run.points.is_empty() {
-        println!(
-            "memory ceiling (single-thread memcpy over {} MiB, measured before each point): \
-             median {:.2} GB/s, {:.2} to {:.2}\n",
-            run.region_mib,
-            run.memcpy_gbps,
-            lo.min(hi),
-            hi
-        );
+/// The tables' keys: backend, operation and whether the peer was in another process, in the
+/// order first measured.
+fn series(run: &Run) -> Vec<(String, String, bool)> {
+    let mut keys = Vec::new();
+    for p in &run.points {
+        let k = (p.backend.clone(), p.op.clone(), p.cross_process);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
     }
-    let mut keys: Vec<(String, String)> = run
+    keys
+}
+
+/// Prints the ceilings of the run.
+fn print_ceilings(run: &Run) {
+    let c = &run.ceilings;
+    let by_threads: Vec<String> = c
+        .mem_by_threads
+        .iter()
+        .enumerate()
+        .map(|(i, g)| format!("{} thread{} {g:.2}", i + 1, if i == 0 { "" } else { "s" }))
+        .collect();
+    let by_conns: Vec<String> = c
+        .tcp_by_connections
+        .iter()
+        .map(|(n, g)| format!("{n} connection{} {g:.2}", if *n == 1 { "" } else { "s" }))
+        .collect();
+    let (lo, hi) = run
         .points
         .iter()
-        .map(|p| (p.backend.clone(), p.op.clone()))
-        .collect();
-    keys.dedup();
-    for (backend, op) in keys {
-        let xp = run
-            .points
-            .iter()
-            .any(|p| p.backend == backend && p.op == op && p.cross_process);
+        .filter(|p| !p.peer)
+        .fold((f64::MAX, 0f64), |(lo, hi), p| {
+            (lo.min(p.memcpy_1thr_gbps), hi.max(p.memcpy_1thr_gbps))
+        });
+    println!(
+        "ceilings, measured before and after the sweep and probed before each point, the best \
+         kept (/ceil: the one that bounds the setting):"
+    );
+    println!(
+        "  mem  {:>6.2} GB/s: memcpy over {} MiB, best of 1 to {} threads ({}) and of /1thr",
+        c.mem_gbps,
+        run.region_mib,
+        c.mem_by_threads.len(),
+        by_threads.join(", ")
+    );
+    println!(
+        "  tcp  {:>6.2} GB/s: one loopback TCP stream per connection, best of {}",
+        c.tcp_gbps,
+        by_conns.join(", ")
+    );
+    println!(
+        "  /1thr: single-thread memcpy over {} MiB, measured before each point: median {:.2} \
+         GB/s, {:.2} to {:.2}\n",
+        run.region_mib,
+        run.memcpy_gbps,
+        lo.min(hi),
+        hi
+    );
+}
+
+/// The peer's point at the same operation, block size and process placement as `p`.
+fn peer_of<'a>(run: &'a Run, p: &Point) -> Option<&'a Point> {
+    run.points.iter().find(|q| {
+        q.peer
+            && q.op == p.op
+            && q.block_bytes == p.block_bytes
+            && q.cross_process == p.cross_process
+    })
+}
+
+/// Prints one table per backend, operation and placement (the peers' too), then the
+/// notification cost, the telemetry overhead and the registration tables.
+pub(crate) fn print_tables(run: &Run) {
+    if !run.points.is_empty() {
+        print_ceilings(run);
+    }
+    let fmt = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
+    for (backend, op, xp) in series(run) {
         println!(
             "{backend} {op}{}",
             if xp { " (peer in another process)" } else { "" }
         );
         println!(
-            "{:>9} {:>6} {:>6} {:>8} {:>8} {:>8} {:>9} {:>9} {:>10} {:>10}",
+            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
             "block",
             "batch",
             "depth",
             "GB/s",
-            "/memcpy",
+            "/ceil",
+            "ceil",
+            "/1thr",
             "/raw",
+            "/mooncake",
             "submit",
             "sub p99",
             "complete",
@@ -103,19 +179,24 @@ pub(crate) fn print_tables(run: &Run) {
         for p in run
             .points
             .iter()
-            .filter(|p| p.backend == backend && p.op == op)
+            .filter(|p| p.backend == backend && p.op == op && p.cross_process == xp)
         {
-            let raw = p
-                .raw_gbps
-                .map_or_else(|| "-".to_owned(), |r| format!("{:.2}", p.gbps / r));
+            let raw = p.raw_gbps.map(|r| p.gbps / r);
+            let peer = peer_of(run, p)
+                .filter(|q| !p.peer && q.gbps > 0.0)
+                .map(|q| p.gbps / q.gbps);
             println!(
-                "{:>8}K {:>6} {:>6} {:>8.2} {:>8.2} {:>8} {:>7.1}us {:>7.1}us {:>8.1}us {:>8.1}us",
+                "{:>8}K {:>6} {:>6} {:>8.2} {:>6.2} {:>5} {:>6.2} {:>6} {:>9} {:>7.1}us {:>7.1}us \
+                 {:>8.1}us {:>8.1}us",
                 p.block_bytes >> 10,
                 p.batch,
                 p.depth,
                 p.gbps,
+                p.ratio_to_ceiling,
+                p.ceiling.as_str(),
                 p.ratio_to_memcpy,
-                raw,
+                fmt(raw),
+                fmt(peer),
                 p.submit_avg_us,
                 p.submit_p99_us,
                 p.complete_avg_us,
@@ -167,11 +248,12 @@ fn plot(run: &Run, path: &Path) -> Res<()> {
     } else {
         (xmin - 0.5, xmax + 0.5)
     };
+    let c = &run.ceilings;
     let ymax = run
         .points
         .iter()
         .map(|p| p.gbps)
-        .fold(run.memcpy_gbps, f64::max)
+        .fold(run.memcpy_gbps.max(c.mem_gbps), f64::max)
         * 1.15;
     let mut chart = ChartBuilder::on(&root)
         .caption("blockwire: GB/s by block size", ("sans-serif", 24))
@@ -185,31 +267,77 @@ fn plot(run: &Run, path: &Path) -> Res<()> {
         .y_desc("GB/s")
         .x_label_formatter(&|x| format!("{}", 2f64.powf(*x).round()))
         .draw()?;
-    chart
-        .draw_series(LineSeries::new(
-            [(xmin, run.memcpy_gbps), (xmax, run.memcpy_gbps)],
-            BLACK.stroke_width(2),
-        ))?
-        .label("memcpy ceiling")
-        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK));
-    let mut keys: Vec<(String, String)> = run
-        .points
-        .iter()
-        .map(|p| (p.backend.clone(), p.op.clone()))
-        .collect();
-    keys.dedup();
-    for (i, (backend, op)) in keys.iter().enumerate() {
+    // The ceilings: horizontal lines, each labelled at its left end.
+    let lines = [
+        (
+            c.mem_gbps,
+            format!(
+                "memory ceiling ({} threads) {:.1} GB/s",
+                c.mem_threads, c.mem_gbps
+            ),
+            BLACK,
+        ),
+        (
+            c.tcp_gbps,
+            format!(
+                "TCP ceiling ({} conn.) {:.1} GB/s",
+                c.tcp_connections, c.tcp_gbps
+            ),
+            RGBColor(0, 90, 160),
+        ),
+        (
+            run.memcpy_gbps,
+            format!("single-thread memcpy {:.1} GB/s", run.memcpy_gbps),
+            RGBColor(140, 140, 140),
+        ),
+    ];
+    for (gbps, label, color) in lines.into_iter().filter(|l| l.0 > 0.0) {
+        chart
+            .draw_series(LineSeries::new(
+                [(xmin, gbps), (xmax, gbps)],
+                color.stroke_width(2),
+            ))?
+            .label(label.clone())
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+        chart.draw_series(std::iter::once(Text::new(
+            label,
+            (xmin + 0.05, gbps + ymax * 0.01),
+            ("sans-serif", 13).into_font().color(&color),
+        )))?;
+    }
+    // blockwire's series solid; the peers' dashed, with circles at their points.
+    for (i, (backend, op, xp)) in series(run).iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
-        let series: Vec<(f64, f64)> = run
+        let pts: Vec<&Point> = run
             .points
             .iter()
-            .filter(|p| &p.backend == backend && &p.op == op)
+            .filter(|p| &p.backend == backend && &p.op == op && p.cross_process == *xp)
+            .collect();
+        let xy: Vec<(f64, f64)> = pts
+            .iter()
             .map(|p| ((p.block_bytes as f64 / 1024.0).log2(), p.gbps))
             .collect();
-        chart
-            .draw_series(LineSeries::new(series, color.stroke_width(2)))?
-            .label(format!("{backend} {op}"))
-            .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+        let label = format!("{backend} {op}{}", if *xp { " (2 processes)" } else { "" });
+        if pts.first().is_some_and(|p| p.peer) {
+            chart
+                .draw_series(DashedLineSeries::new(
+                    xy.clone(),
+                    8,
+                    5,
+                    color.stroke_width(2),
+                ))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 6, y)], color));
+            chart.draw_series(
+                xy.into_iter()
+                    .map(|p| Circle::new(p, 4, color.stroke_width(2))),
+            )?;
+        } else {
+            chart
+                .draw_series(LineSeries::new(xy, color.stroke_width(2)))?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color));
+        }
     }
     chart
         .configure_series_labels()
@@ -223,6 +351,62 @@ fn plot(run: &Run, path: &Path) -> Res<()> {
 #[cfg(test)]
 mod tests {
     use super::Run;
+    use crate::{CeilingKind, Ceilings, Point};
+
+    fn point(backend: &str, ceiling: CeilingKind, gbps: f64, one_thread: f64, peer: bool) -> Point {
+        Point {
+            backend: backend.into(),
+            op: "WRITE".into(),
+            cross_process: false,
+            block_bytes: 65536,
+            batch: 16,
+            depth: 4,
+            gbps,
+            ceiling,
+            ceiling_gbps: 0.0,
+            ratio_to_ceiling: 0.0,
+            memcpy_1thr_gbps: one_thread,
+            ratio_to_memcpy: gbps / one_thread,
+            peer,
+            raw_gbps: None,
+            submit_avg_us: 0.0,
+            submit_p99_us: 0.0,
+            complete_avg_us: 0.0,
+            complete_p99_us: 0.0,
+        }
+    }
+
+    #[test]
+    fn settling_gives_each_point_its_ceiling() {
+        let mut run = Run::new(64);
+        run.ceilings = Ceilings {
+            mem_gbps: 20.0,
+            mem_threads: 2,
+            mem_by_threads: vec![10.0, 20.0],
+            tcp_gbps: 4.0,
+            tcp_connections: 1,
+            tcp_by_connections: vec![(1, 4.0)],
+        };
+        run.points = vec![
+            point("shm", CeilingKind::Mem, 10.0, 9.0, false),
+            point("libfabric", CeilingKind::Tcp, 2.0, 11.0, false),
+            point("mooncake (peer)", CeilingKind::Tcp, 1.0, 30.0, true),
+        ];
+        run.settle();
+        let r: Vec<(f64, f64)> = run
+            .points
+            .iter()
+            .map(|p| (p.ceiling_gbps, p.ratio_to_ceiling))
+            .collect();
+        assert_eq!(r, [(20.0, 0.5), (4.0, 0.5), (4.0, 0.25)]);
+        // The single-thread headline leaves the peer's figure out.
+        assert_eq!(run.memcpy_gbps, 11.0);
+        // A single thread faster than the ceiling raises it.
+        run.points[0].memcpy_1thr_gbps = 25.0;
+        run.settle();
+        assert_eq!(run.ceilings.mem_gbps, 25.0);
+        assert_eq!(run.points[0].ratio_to_ceiling, 0.4);
+    }
 
     #[test]
     fn a_run_without_the_cost_tables_still_reads() {

@@ -1,0 +1,396 @@
+//! The ceilings a point is compared with, measured in the same run: the machine's memory
+//! bandwidth (the best of 1 to N threads copying the working set), a single-thread `memcpy`
+//! (measured again before each point), and a plain loopback TCP stream; and which of them
+//! bounds a backend's setting.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Args, Res};
+
+/// Bytes of each `write` (and `read`) of the TCP ceiling.
+const TCP_CHUNK: usize = 4 << 20;
+
+/// Two buffers the size of one region, which the memory figures copy between: a
+/// single-thread `memcpy` (measured again before every point so that it sees the same machine
+/// load as the point) and the threads of the memory ceiling.
+pub(crate) struct WorkingSet {
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+impl WorkingSet {
+    pub(crate) fn new(bytes: usize) -> Self {
+        let src = vec![1u8; bytes];
+        let mut dst = vec![0u8; bytes];
+        dst.copy_from_slice(&src); // touch every page first
+        WorkingSet { src, dst }
+    }
+
+    /// Sustained single-thread GB/s over at least `time` (whole passes, at least one).
+    pub(crate) fn gbps(&mut self, time: Duration) -> f64 {
+        self.threads_gbps(1, time)
+    }
+
+    /// GB/s of `threads` threads started together, each copying its share of the set again
+    /// and again for at least `time`: all the bytes over the longest thread's time.
+    fn threads_gbps(&mut self, threads: usize, time: Duration) -> f64 {
+        let share = self.src.len().div_ceil(threads.max(1)).max(1);
+        let start = Barrier::new(self.src.chunks(share).len());
+        let (copied, longest) = std::thread::scope(|s| {
+            let workers: Vec<_> = self
+                .src
+                .chunks(share)
+                .zip(self.dst.chunks_mut(share))
+                .map(|(src, dst)| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        copy_for(src, dst, time)
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .filter_map(|w| w.join().ok())
+                .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
+                    (b + n, t.max(took))
+                })
+        });
+        copied as f64 / longest.as_secs_f64().max(1e-9) / 1e9
+    }
+}
+
+/// Copies `src` into `dst` again and again for at least `time` (whole passes, at least one):
+/// the bytes copied and the time it took.
+fn copy_for(src: &[u8], dst: &mut [u8], time: Duration) -> (usize, Duration) {
+    let start = Instant::now();
+    let mut copied = 0usize;
+    while !src.is_empty() && (copied == 0 || start.elapsed() < time) {
+        dst.copy_from_slice(std::hint::black_box(src));
+        std::hint::black_box(&mut *dst);
+        copied += src.len();
+    }
+    (copied, start.elapsed())
+}
+
+/// Which ceiling bounds a setting.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CeilingKind {
+    /// Memory bandwidth: the data moves through shared memory (or a copy in one process).
+    #[default]
+    Mem,
+    /// A loopback TCP stream: the data moves through the kernel's TCP stack.
+    Tcp,
+}
+
+impl CeilingKind {
+    /// `mem` or `tcp`, as the tables show it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CeilingKind::Mem => "mem",
+            CeilingKind::Tcp => "tcp",
+        }
+    }
+
+    /// The ceiling that bounds `backend` with this run's `--opt` settings for it (and, for
+    /// ucx, `UCX_TLS` when the option is not given).
+    ///
+    /// - ucx: TCP unless `peer_errors=false` and the transports include shared memory (or are
+    ///   UCX's default): with peer errors on, UCX 1.13 leaves out its shared-memory transports
+    ///   and the default falls back to TCP lanes (see the ucx backend's docs).
+    /// - libfabric: TCP for the providers `tcp` (the default), `net`, `sockets` and any
+    ///   `tcp;...`/`...;ofi_rxm` stack over them; memory for `shm` and others.
+    /// - nixl: memory, unless `UCX_TLS` (which NIXL's bundled UCX reads) has no shared-memory
+    ///   transport.
+    /// - shm and any other: memory.
+    pub fn of(backend: &str, args: &Args) -> Self {
+        match backend {
+            "ucx" => {
+                let tls = args
+                    .option(backend, "tls")
+                    .or_else(|| std::env::var("UCX_TLS").ok());
+                let peer_errors = args.option(backend, "peer_errors").as_deref() != Some("false");
+                Self::of_ucx(tls.as_deref(), peer_errors)
+            }
+            "libfabric" => Self::of_libfabric(args.option(backend, "provider").as_deref()),
+            // NIXL's bundled UCX: shared memory unless `UCX_TLS` leaves it out.
+            "nixl" => Self::of_ucx(std::env::var("UCX_TLS").ok().as_deref(), false),
+            _ => CeilingKind::Mem,
+        }
+    }
+
+    fn of_ucx(tls: Option<&str>, peer_errors: bool) -> Self {
+        const SHARED: [&str; 9] = [
+            "posix", "sysv", "cma", "knem", "xpmem", "sm", "shm", "mm", "all",
+        ];
+        // `^list`: every transport but those listed, shared memory among them.
+        let shared = tls
+            .is_none_or(|t| t.starts_with('^') || t.split(',').any(|x| SHARED.contains(&x.trim())));
+        if shared && !peer_errors {
+            CeilingKind::Mem
+        } else {
+            CeilingKind::Tcp
+        }
+    }
+
+    fn of_libfabric(provider: Option<&str>) -> Self {
+        let p = provider.unwrap_or("tcp");
+        let tcp = p
+            .split(';')
+            .any(|part| matches!(part.trim(), "tcp" | "net" | "sockets"));
+        if tcp {
+            CeilingKind::Tcp
+        } else {
+            CeilingKind::Mem
+        }
+    }
+}
+
+/// The run's ceilings, each the best of the settings tried: measured before the sweep and
+/// after it, and probed briefly before each point in the setting that was best so far; the
+/// best figure of each setting is kept.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct Ceilings {
+    /// Memory: the best GB/s of 1 to `available_parallelism` threads, each copying its share
+    /// of a working set the size of one region.
+    pub mem_gbps: f64,
+    /// The thread count that gave [`Ceilings::mem_gbps`].
+    pub mem_threads: usize,
+    /// GB/s by thread count (index 0: one thread).
+    pub mem_by_threads: Vec<f64>,
+    /// TCP: the best GB/s received over loopback, through one connection or as many as
+    /// there are cores.
+    pub tcp_gbps: f64,
+    /// The connection count that gave [`Ceilings::tcp_gbps`].
+    pub tcp_connections: usize,
+    /// `(connections, GB/s)` of each setting tried.
+    pub tcp_by_connections: Vec<(usize, f64)>,
+}
+
+impl Ceilings {
+    /// Measures both, `time` per setting, the memory one over `set`.
+    pub(crate) fn measure(set: &mut WorkingSet, time: Duration) -> Res<Self> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut c = Ceilings {
+            mem_by_threads: (1..=cores).map(|t| set.threads_gbps(t, time)).collect(),
+            ..Default::default()
+        };
+        for n in [1, cores].into_iter().take(if cores > 1 { 2 } else { 1 }) {
+            c.tcp_by_connections.push((n, tcp_gbps(n, time)?));
+        }
+        c.keep_best(&Ceilings::default());
+        Ok(c)
+    }
+
+    /// Measures ceiling `kind` again, briefly (`time`), in its best setting so far, and keeps
+    /// the better figure: done before each point, so that a ceiling measured while the
+    /// machine was busier than during the point does not flatter it.
+    pub(crate) fn probe(
+        &mut self,
+        kind: CeilingKind,
+        set: &mut WorkingSet,
+        time: Duration,
+    ) -> Res<()> {
+        let mut again = Ceilings::default();
+        match kind {
+            CeilingKind::Mem => {
+                let threads = self.mem_threads.max(1);
+                again.mem_by_threads = vec![0.0; threads];
+                again.mem_by_threads[threads - 1] = set.threads_gbps(threads, time);
+            }
+            CeilingKind::Tcp => {
+                let n = self.tcp_connections.max(1);
+                again.tcp_by_connections = vec![(n, tcp_gbps(n, time)?)];
+            }
+        }
+        self.keep_best(&again);
+        Ok(())
+    }
+
+    /// Keeps, setting by setting, the better of these and `other` (the same ceilings measured
+    /// again, or by another binary of this run).
+    pub(crate) fn keep_best(&mut self, other: &Ceilings) {
+        let n = self.mem_by_threads.len().max(other.mem_by_threads.len());
+        self.mem_by_threads.resize(n, 0.0);
+        for (mine, theirs) in self.mem_by_threads.iter_mut().zip(&other.mem_by_threads) {
+            *mine = mine.max(*theirs);
+        }
+        for &(n, g) in &other.tcp_by_connections {
+            match self.tcp_by_connections.iter_mut().find(|(m, _)| *m == n) {
+                Some(mine) => mine.1 = mine.1.max(g),
+                None => self.tcp_by_connections.push((n, g)),
+            }
+        }
+        (self.mem_threads, self.mem_gbps) = best(self.mem_by_threads.iter().copied().enumerate())
+            .map_or((1, 0.0), |(i, g)| (i + 1, g));
+        (self.tcp_connections, self.tcp_gbps) =
+            best(self.tcp_by_connections.iter().copied()).unwrap_or((1, 0.0));
+    }
+
+    /// The value of ceiling `kind`, GB/s.
+    pub fn of(&self, kind: CeilingKind) -> f64 {
+        match kind {
+            CeilingKind::Mem => self.mem_gbps,
+            CeilingKind::Tcp => self.tcp_gbps,
+        }
+    }
+}
+
+/// The `(key, GB/s)` with the highest GB/s.
+fn best<K>(it: impl Iterator<Item = (K, f64)>) -> Option<(K, f64)> {
+    it.max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// GB/s received over `connections` loopback TCP connections, each sent `TCP_CHUNK`-byte
+/// writes for `time` by its own thread and read by another.
+fn tcp_gbps(connections: usize, time: Duration) -> Res<f64> {
+    let listener =
+        TcpListener::bind("127.0.0.1:0").map_err(|e| format!("TCP ceiling: bind: {e}"))?;
+    let addr = listener.local_addr()?;
+    let start = Barrier::new(2 * connections);
+    std::thread::scope(|s| -> Res<f64> {
+        let mut senders = Vec::new();
+        for _ in 0..connections {
+            let start = &start;
+            senders.push(s.spawn(move || -> std::io::Result<()> {
+                let mut c = TcpStream::connect(addr)?;
+                c.set_nodelay(true)?;
+                let buf = vec![7u8; TCP_CHUNK];
+                start.wait();
+                let t = Instant::now();
+                while t.elapsed() < time {
+                    c.write_all(&buf)?;
+                }
+                c.shutdown(std::net::Shutdown::Write)
+            }));
+        }
+        let mut receivers = Vec::new();
+        for _ in 0..connections {
+            let (mut c, _) = listener
+                .accept()
+                .map_err(|e| format!("TCP ceiling: accept: {e}"))?;
+            let start = &start;
+            receivers.push(s.spawn(move || -> std::io::Result<(usize, Duration)> {
+                let mut buf = vec![0u8; TCP_CHUNK];
+                start.wait();
+                let t = Instant::now();
+                let mut got = 0usize;
+                loop {
+                    match c.read(&mut buf)? {
+                        0 => return Ok((got, t.elapsed())),
+                        n => got += n,
+                    }
+                }
+            }));
+        }
+        let (mut bytes, mut longest) = (0usize, Duration::ZERO);
+        for r in receivers {
+            let (got, took) = r
+                .join()
+                .map_err(|_| "TCP ceiling: a receiver panicked")?
+                .map_err(|e| format!("TCP ceiling: receive: {e}"))?;
+            bytes += got;
+            longest = longest.max(took);
+        }
+        for w in senders {
+            w.join()
+                .map_err(|_| "TCP ceiling: a sender panicked")?
+                .map_err(|e| format!("TCP ceiling: send: {e}"))?;
+        }
+        Ok(bytes as f64 / longest.as_secs_f64().max(1e-9) / 1e9)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_args;
+
+    #[test]
+    fn each_setting_gets_the_ceiling_of_its_data_path() {
+        let kind = |backend: &str, flags: &[&str]| CeilingKind::of(backend, &test_args(flags));
+        assert_eq!(kind("shm", &[]), CeilingKind::Mem);
+        // nixl follows `UCX_TLS`, as its UCX does.
+        let nixl = CeilingKind::of_ucx(std::env::var("UCX_TLS").ok().as_deref(), false);
+        assert_eq!(kind("nixl", &[]), nixl);
+        assert_eq!(kind("libfabric", &[]), CeilingKind::Tcp);
+        assert_eq!(
+            kind("libfabric", &["--opt=libfabric:provider=shm"]),
+            CeilingKind::Mem
+        );
+        for p in ["net", "sockets", "tcp;ofi_rxm"] {
+            let flag = format!("--opt=libfabric:provider={p}");
+            assert_eq!(kind("libfabric", &[&flag]), CeilingKind::Tcp, "{p}");
+        }
+        assert_eq!(CeilingKind::of_ucx(Some("tcp"), false), CeilingKind::Tcp);
+        assert_eq!(
+            CeilingKind::of_ucx(Some("posix,cma"), false),
+            CeilingKind::Mem
+        );
+        assert_eq!(CeilingKind::of_ucx(None, false), CeilingKind::Mem);
+        // With peer errors on, UCX leaves its shared-memory transports out.
+        assert_eq!(
+            CeilingKind::of_ucx(Some("posix,cma"), true),
+            CeilingKind::Tcp
+        );
+        assert_eq!(CeilingKind::of_ucx(None, true), CeilingKind::Tcp);
+        assert_eq!(
+            kind(
+                "ucx",
+                &[
+                    "--opt=ucx:tls=posix,cma,self",
+                    "--opt=ucx:peer_errors=false"
+                ]
+            ),
+            CeilingKind::Mem
+        );
+    }
+
+    #[test]
+    fn the_tcp_ceiling_counts_what_arrives() {
+        let g = tcp_gbps(2, Duration::from_millis(20)).expect("loopback TCP");
+        assert!(g > 0.0, "{g}");
+    }
+
+    #[test]
+    fn the_ceilings_keep_the_best_setting() {
+        let mut set = WorkingSet::new(1 << 20);
+        let mut c = Ceilings::measure(&mut set, Duration::from_millis(5)).expect("measured");
+        let best = c.mem_by_threads.iter().copied().fold(0.0, f64::max);
+        assert_eq!(c.mem_gbps, best);
+        assert_eq!(c.mem_by_threads[c.mem_threads - 1], best);
+        assert!(c.tcp_by_connections.iter().all(|&(_, g)| g <= c.tcp_gbps));
+        assert_eq!(c.of(CeilingKind::Tcp), c.tcp_gbps);
+        let before = (c.mem_gbps, c.tcp_gbps);
+        for kind in [CeilingKind::Mem, CeilingKind::Tcp] {
+            c.probe(kind, &mut set, Duration::from_millis(5))
+                .expect("probed");
+        }
+        assert!(c.mem_gbps >= before.0 && c.tcp_gbps >= before.1);
+    }
+
+    #[test]
+    fn keeping_the_best_takes_each_setting_s_better_figure() {
+        let mut a = Ceilings {
+            mem_by_threads: vec![5.0, 7.0],
+            tcp_by_connections: vec![(1, 2.0), (2, 3.0)],
+            ..Default::default()
+        };
+        let b = Ceilings {
+            mem_by_threads: vec![9.0, 6.0],
+            tcp_by_connections: vec![(1, 4.0), (2, 1.0)],
+            ..Default::default()
+        };
+        a.keep_best(&b);
+        assert_eq!(a.mem_by_threads, [9.0, 7.0]);
+        assert_eq!((a.mem_threads, a.mem_gbps), (1, 9.0));
+        assert_eq!(a.tcp_by_connections, [(1, 4.0), (2, 3.0)]);
+        assert_eq!((a.tcp_connections, a.tcp_gbps), (1, 4.0));
+    }
+}
