@@ -27,6 +27,11 @@ pub struct Args {
     /// Transfers in flight.
     #[arg(long, default_value_t = 4)]
     pub depth: usize,
+    /// Which blocks a transfer names: `scattered` (none adjacent, one library operation per
+    /// block) or `contiguous` (one run of adjacent blocks, which backends move as one
+    /// operation). The Mooncake peer gets the same.
+    #[arg(long, value_enum, default_value_t = crate::Layout::Scattered)]
+    pub layout: crate::Layout,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
@@ -184,6 +189,12 @@ impl Args {
             ),
             format!("--batch={}", self.batch),
             format!("--depth={}", self.depth),
+            format!(
+                "--layout={}",
+                clap::ValueEnum::to_possible_value(&self.layout)
+                    .map(|v| v.get_name().to_owned())
+                    .unwrap_or_default()
+            ),
             format!("--duration={}", self.duration),
             format!("--region-mib={}", self.region_mib),
             format!("--measures={}", self.measures.join(",")),

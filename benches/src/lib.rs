@@ -113,6 +113,7 @@ use std::time::Duration;
 use blockwire::{Op, Transport, TransportOptions};
 use clap::Parser;
 use indicatif::{ProgressBar, ProgressStyle};
+use serde::{Deserialize, Serialize};
 
 pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
@@ -140,6 +141,67 @@ pub struct Shape {
     pub depth: usize,
     /// How long to measure.
     pub run_for: Duration,
+    /// Which blocks each transfer names ([`Layout`]).
+    pub layout: Layout,
+}
+
+/// Which blocks the `k`-th transfer of a measurement names: the same indices on both sides.
+///
+/// ```
+/// use blockwire_bench::Layout;
+/// assert_eq!(Layout::Contiguous.batch(1, 4, 16), vec![4, 5, 6, 7]);
+/// let scattered = Layout::Scattered.batch(1, 4, 16);
+/// assert_eq!(scattered.len(), 4);
+/// assert!(scattered.windows(2).all(|w| w[1] != w[0] + 1)); // no two adjacent
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    /// Blocks spread over the region, none adjacent to the next (a KV cache's blocks, allocated
+    /// from a free list): every block is its own library operation.
+    #[default]
+    Scattered,
+    /// Each transfer is one run of adjacent blocks, on both sides: backends move a run as one
+    /// operation (up to their cap).
+    Contiguous,
+}
+
+impl Layout {
+    /// The indices of transfer `k` of `batch` blocks in a region of `blocks` blocks (the
+    /// transfers cycle through `blocks / batch` groups that cover the region once).
+    pub fn batch(self, k: u32, batch: u32, blocks: u32) -> Vec<u32> {
+        let batch = batch.clamp(1, blocks.max(1));
+        let groups = (blocks / batch).max(1);
+        let first = (k % groups) * batch;
+        match self {
+            Layout::Contiguous => (first..first + batch).collect(),
+            Layout::Scattered => {
+                // A fixed permutation of the groups' blocks: i -> i * stride mod n, with the
+                // stride coprime to n, so every block is named once per cycle, and neighbours in
+                // a transfer lie about n / 1.6 blocks apart.
+                let n = u64::from(groups) * u64::from(batch);
+                let stride = coprime_stride(n);
+                (first..first + batch)
+                    .map(|i| ((u64::from(i) * stride) % n) as u32)
+                    .collect()
+            }
+        }
+    }
+}
+
+/// A stride near `n / 1.618` that is coprime to `n` (and not 1 when `n > 2`).
+fn coprime_stride(n: u64) -> u64 {
+    fn gcd(a: u64, b: u64) -> u64 {
+        if b == 0 { a } else { gcd(b, a % b) }
+    }
+    if n <= 2 {
+        return 1;
+    }
+    let mut s = (n * 618 / 1000).max(2);
+    while gcd(s, n) != 1 {
+        s += 1;
+    }
+    s
 }
 
 /// What a binary brings: how to open each backend it has, and each one's raw baseline.
@@ -212,7 +274,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     {
         return Err(format!("unknown peer {bad:?} (mooncake, none)").into());
     }
-    let mut run = Run::new(args.region_mib);
+    let mut run = Run::new(args.region_mib, args.layout);
     let mut scaled = Vec::new();
     // The ceilings, measured first (again after the sweep, and probed before each point).
     let region = if sweep { args.region_mib << 20 } else { 0 };
@@ -472,4 +534,40 @@ pub(crate) fn test_args(flags: &[&str]) -> Args {
         Args::parse_from(std::iter::once("blockwire-bench").chain(flags.iter().copied()));
     args.settle();
     args
+}
+
+#[cfg(test)]
+mod layout_tests {
+    use super::Layout;
+
+    /// A cycle of scattered transfers names every block of the covered groups exactly once,
+    /// and no transfer holds two adjacent blocks (so no backend can coalesce them).
+    #[test]
+    fn scattered_covers_each_block_once_with_no_neighbours() {
+        for (batch, blocks) in [(16u32, 4096u32), (16, 17), (3, 10), (1, 5), (7, 7)] {
+            let groups = (blocks / batch).max(1);
+            let mut seen = vec![0u32; blocks as usize];
+            for k in 0..groups {
+                let idx = Layout::Scattered.batch(k, batch, blocks);
+                assert_eq!(idx.len() as u32, batch.min(blocks));
+                for w in idx.windows(2) {
+                    if groups * batch > 4 {
+                        assert_ne!(w[1], w[0] + 1, "adjacent in {idx:?}");
+                    }
+                }
+                for i in idx {
+                    seen[i as usize] += 1;
+                }
+            }
+            let covered = (groups * batch) as usize;
+            assert!(seen[..covered].iter().all(|&n| n == 1), "{batch} {blocks}: {seen:?}");
+            assert!(seen[covered..].iter().all(|&n| n == 0));
+        }
+    }
+
+    #[test]
+    fn contiguous_is_one_run() {
+        assert_eq!(Layout::Contiguous.batch(2, 3, 10), vec![6, 7, 8]);
+        assert_eq!(Layout::Contiguous.batch(3, 3, 10), vec![0, 1, 2]);
+    }
 }

@@ -113,7 +113,6 @@ pub(crate) struct Pumped {
 pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
     let peer = PeerId::from(PEER);
     let (op, batch) = (shape.op, shape.batch);
-    let groups = (shape.blocks / batch).max(1);
     let mut next = 0u32;
     let mut submits = Vec::new();
     let mut completes = Vec::new();
@@ -122,9 +121,8 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
     loop {
         let running = start.elapsed() < shape.run_for;
         while running && inflight.len() < shape.depth {
-            let first = (next % groups) * batch;
+            let idx = shape.layout.batch(next, batch, shape.blocks);
             next = next.wrapping_add(1);
-            let idx: Vec<u32> = (first..first + batch).collect();
             let t = Instant::now();
             let id = match op {
                 Op::Write => a.write_blocks(&peer, &idx, &idx)?,
@@ -168,6 +166,7 @@ pub(crate) fn shape(args: &Args, op: Op, block: usize, run_for: Duration) -> Res
         batch: args.batch.min(blocks),
         depth: args.depth,
         run_for,
+        layout: args.layout,
     })
 }
 
@@ -250,7 +249,7 @@ pub(crate) fn ratio(gbps: f64, of: f64) -> f64 {
 /// use blockwire_bench::{Shape, raw_memcpy_gbps};
 /// let shape = Shape {
 ///     op: blockwire::Op::Write, blocks: 8, block: 4096, batch: 4, depth: 1,
-///     run_for: std::time::Duration::from_millis(5),
+///     run_for: std::time::Duration::from_millis(5), layout: blockwire_bench::Layout::Scattered,
 /// };
 /// assert!(raw_memcpy_gbps(&shape)? > 0.0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
@@ -265,14 +264,13 @@ pub fn raw_memcpy_gbps(shape: &Shape) -> Res<f64> {
         Op::Read => (b.span().base(), a.span().base()),
     };
     let (len, batch) = (shape.block, shape.batch.min(shape.blocks));
-    let groups = (shape.blocks / batch).max(1);
     let mut copied = 0usize;
     let mut next = 0u32;
     let start = Instant::now();
     while copied == 0 || start.elapsed() < shape.run_for {
-        let first = (next % groups) * batch;
-        next += 1;
-        for i in first..first + batch {
+        let idx = shape.layout.batch(next, batch, shape.blocks);
+        next = next.wrapping_add(1);
+        for i in idx {
             let off = i as usize * len;
             // SAFETY: `i` < `blocks` of both regions (same shape), so both ranges lie inside
             // their regions, which live to the end of this function; nothing else uses them.

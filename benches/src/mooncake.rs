@@ -138,6 +138,9 @@ fn command(args: &Args, python: &Path, driver: &Path) -> Command {
         .arg(format!("--duration={}", args.duration))
         .arg(format!("--region-mib={}", args.region_mib))
         .arg("--processes=one,two");
+    if args.layout == crate::Layout::Contiguous {
+        cmd.arg("--contiguous");
+    }
     if args.quick {
         cmd.arg(format!("--deadline={QUICK_DEADLINE_S}"));
     }
@@ -235,7 +238,7 @@ mod tests {
     #[test]
     fn a_missing_python_is_reported_skipped() {
         let args = test_args(&["--quick", "--peer-python=/nonexistent/python"]);
-        let mut run = Run::new(64);
+        let mut run = Run::new(64, crate::Layout::Scattered);
         super::run(&args, 1.0, &mut run);
         assert!(run.points.is_empty());
         assert_eq!(run.skipped.len(), 1);
@@ -245,7 +248,7 @@ mod tests {
             run.skipped
         );
         // `--peers=none` runs nothing and reports nothing.
-        let mut quiet = Run::new(64);
+        let mut quiet = Run::new(64, crate::Layout::Scattered);
         let none = test_args(&["--peers=none", "--peer-python=/nonexistent/python"]);
         super::run(&none, 1.0, &mut quiet);
         assert!(quiet.skipped.is_empty());
@@ -269,7 +272,7 @@ mod tests {
             );
             return;
         }
-        let mut run = Run::new(2);
+        let mut run = Run::new(2, crate::Layout::Scattered);
         super::run(&args, 1.0, &mut run);
         if run.points.is_empty() {
             assert_eq!(run.skipped.len(), 1, "{:?}", run.skipped);

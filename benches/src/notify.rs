@@ -81,7 +81,6 @@ pub(crate) fn cost(backends: &dyn Backends, args: &Args, backend: &str, op: Op) 
         &remote,
     )?;
     let peer = PeerId::from(PEER);
-    let groups = (shape.blocks / shape.batch).max(1);
     let warm = (iterations / 10).max(3);
     let (mut plain, mut notified) = (Vec::new(), Vec::new());
     let mut drained = 0u64;
@@ -93,8 +92,9 @@ pub(crate) fn cost(backends: &dyn Backends, args: &Args, backend: &str, op: Op) 
         };
         for (j, notify) in order.into_iter().enumerate() {
             // Both kinds walk the same blocks, over a region larger than the cache.
-            let first = ((2 * k + j) as u32 % groups) * shape.batch;
-            let idx: Vec<u32> = (first..first + shape.batch).collect();
+            let idx = shape
+                .layout
+                .batch((2 * k + j) as u32, shape.batch, shape.blocks);
             let us = once(&*a, &peer, op, &idx, notify)?;
             if k >= warm {
                 if notify { &mut notified } else { &mut plain }.push(us);

@@ -188,6 +188,7 @@ pub(crate) fn gbps(shape: &Shape, provider: &str, domain: Option<&str>) -> Res<f
         batch,
         depth,
         run_for,
+        layout,
     } = *shape;
     let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
     let (a, b) = (
@@ -213,16 +214,15 @@ pub(crate) fn gbps(shape: &Shape, provider: &str, domain: Option<&str>) -> Res<f
     let (key, desc) = unsafe { (fi_mr_key(b.mr), fi_mr_desc(a.mr)) };
     let remote_base = if b.virt { rb.base_addr() } else { 0 };
     let mut contexts = vec![fi_context2::default(); (depth + 1) * batch as usize];
-    let groups = (blocks / batch).max(1);
     let per_round = batch as usize;
     let (mut posted, mut completed, mut next) = (0usize, 0usize, 0u32);
     let start = Instant::now();
     loop {
         let running = start.elapsed() < run_for;
         while running && posted - completed < depth * per_round {
-            let first = (next % groups) * batch;
-            next += 1;
-            for i in first..first + batch {
+            let idx = layout.batch(next, batch, blocks);
+            next = next.wrapping_add(1);
+            for i in idx {
                 let off = i as usize * block;
                 let iov = iovec {
                     // SAFETY: `off` is inside the region (i < blocks).

@@ -113,6 +113,7 @@ pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f
         batch,
         depth,
         run_for,
+        layout,
     } = *shape;
     let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
     let (a, b) = (Side::open(&ra, tls)?, Side::open(&rb, tls)?);
@@ -168,15 +169,14 @@ pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f
         };
         let plain = ucp_request_param_t::default();
         let (la, lb) = (ra.span().base().as_ptr(), rb.base_addr());
-        let groups = (blocks / batch).max(1);
         let (mut posted, mut finished_now, mut next) = (0usize, 0usize, 0u32);
         let start = Instant::now();
         loop {
             let running = start.elapsed() < run_for;
             while running && posted - done.load(Ordering::Acquire) - finished_now < depth {
-                let first = (next % groups) * batch;
-                next += 1;
-                for i in first..first + batch {
+                let idx = layout.batch(next, batch, blocks);
+                next = next.wrapping_add(1);
+                for i in idx {
                     let off = i as usize * block;
                     let req = match op {
                         Op::Write => ucp_put_nbx(

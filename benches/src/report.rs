@@ -21,6 +21,9 @@ pub struct Run {
     pub ceilings: Ceilings,
     /// Bytes of each region, MiB.
     pub region_mib: usize,
+    /// Which blocks each transfer named (`--layout`).
+    #[serde(default)]
+    pub layout: crate::Layout,
     /// Throughput points, in the order measured.
     pub points: Vec<Point>,
     /// `add_remote_peer` times.
@@ -36,9 +39,10 @@ pub struct Run {
 }
 
 impl Run {
-    pub(crate) fn new(region_mib: usize) -> Self {
+    pub(crate) fn new(region_mib: usize, layout: crate::Layout) -> Self {
         Run {
             region_mib,
+            layout,
             ..Default::default()
         }
     }
@@ -153,6 +157,13 @@ fn peer_of<'a>(run: &'a Run, p: &Point) -> Option<&'a Point> {
 pub(crate) fn print_tables(run: &Run) {
     if !run.points.is_empty() {
         print_ceilings(run);
+        println!(
+            "blocks per transfer: {} (--layout)\n",
+            match run.layout {
+                crate::Layout::Scattered => "scattered, none adjacent",
+                crate::Layout::Contiguous => "one contiguous run",
+            }
+        );
     }
     let fmt = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
     for (backend, op, xp) in series(run) {
@@ -378,7 +389,7 @@ mod tests {
 
     #[test]
     fn settling_gives_each_point_its_ceiling() {
-        let mut run = Run::new(64);
+        let mut run = Run::new(64, crate::Layout::Scattered);
         run.ceilings = Ceilings {
             mem_gbps: 20.0,
             mem_threads: 2,

@@ -60,16 +60,19 @@ pub(crate) fn gbps(shape: &Shape, plugin: &str) -> Res<f64> {
         Op::Read => XferOp::Read,
     };
     let batch = shape.batch.min(shape.blocks);
-    let groups = (shape.blocks / batch).max(1);
     let mut inflight: Vec<XferRequest> = Vec::new();
     let (mut next, mut done) = (0u32, 0usize);
     let start = Instant::now();
     loop {
         // A post NIXL completes at once leaves nothing in flight: check the clock each time.
         while inflight.len() < shape.depth && start.elapsed() < shape.run_for {
-            let first = i32::try_from((next % groups) * batch)?;
-            next += 1;
-            let idx: Vec<i32> = (first..first + i32::try_from(batch)?).collect();
+            let idx = shape
+                .layout
+                .batch(next, batch, shape.blocks)
+                .into_iter()
+                .map(i32::try_from)
+                .collect::<Result<Vec<i32>, _>>()?;
+            next = next.wrapping_add(1);
             let req = a
                 .agent
                 .make_xfer_req(op, &local, &idx, &theirs, &idx, None)?;
