@@ -17,6 +17,12 @@
 //! workspace's minimum), so it is the default on x86_64 with AVX2, SSE2 streaming on x86_64
 //! without, and a plain `memmove` on other targets.
 //!
+//! Through the backend (two transports in one process, WRITE, depth 4, batches of 16, regions
+//! of 256 MiB written first, `copy_kernel=plain` and `auto` and a two-thread whole-buffer
+//! streaming copy alternated in 40 ms slices for 8 s, two runs, machine shared): `auto` moved
+//! 0.89-1.18 (256 KiB blocks), 1.01-1.06 (1 MiB) and 0.87-0.93 (4 MiB) of the whole-buffer
+//! copy, `plain` 0.80-1.05, 0.86-0.87 and 0.76-0.81.
+//!
 //! ## Memory ordering
 //!
 //! Streaming stores are weakly ordered: x86 may make them visible to other CPUs after stores
