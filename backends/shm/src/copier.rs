@@ -12,6 +12,7 @@ use parking_lot::RwLockReadGuard;
 
 use crate::lease::Lease;
 use crate::live::LiveRegion;
+use crate::memcopy::CopyKernel;
 use crate::notify::{self, Outlet};
 use crate::process::{self, Piece};
 use blockwire_core::kit::ProcessWatch;
@@ -84,7 +85,7 @@ pub(crate) struct CopyPool {
 }
 
 impl CopyPool {
-    pub(crate) fn new(threads: usize) -> Result<Self, BackendError> {
+    pub(crate) fn new(threads: usize, kernel: CopyKernel) -> Result<Self, BackendError> {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let shutdown = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::with_capacity(threads);
@@ -93,7 +94,7 @@ impl CopyPool {
             let shutdown = shutdown.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("blockwire-shm-copy-{i}"))
-                .spawn(move || worker(rx, shutdown))
+                .spawn(move || worker(rx, shutdown, kernel))
                 .map_err(|e| BackendError::other(format!("spawning a copy thread: {e}")))?;
             handles.push(handle);
         }
@@ -124,22 +125,22 @@ impl Drop for CopyPool {
     }
 }
 
-fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>) {
+fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel) {
     for job in rx {
         let cell = &job.transfer.cell;
         if !cell.start() {
             continue; // stopped before it started
         }
-        match run(&job, &shutdown) {
+        match run(&job, &shutdown, kernel) {
             Ok(()) => cell.finish(),
             Err(reason) => cell.fail(reason),
         }
     }
 }
 
-fn run(job: &Job, shutdown: &AtomicBool) -> Result<(), FailureReason> {
+fn run(job: &Job, shutdown: &AtomicBool, kernel: CopyKernel) -> Result<(), FailureReason> {
     match &job.work {
-        Work::Copy(chunks) => copy(job, chunks, shutdown),
+        Work::Copy(chunks) => copy(job, chunks, shutdown, kernel),
         Work::Notify(frame) => notify(job, frame, shutdown),
     }
 }
@@ -167,7 +168,12 @@ fn notify(job: &Job, frame: &[u8], shutdown: &AtomicBool) -> Result<(), FailureR
     }
 }
 
-fn copy(job: &Job, chunks: &[Vec<Piece>], shutdown: &AtomicBool) -> Result<(), FailureReason> {
+fn copy(
+    job: &Job,
+    chunks: &[Vec<Piece>],
+    shutdown: &AtomicBool,
+    kernel: CopyKernel,
+) -> Result<(), FailureReason> {
     let write = job.op == Op::Write;
     for chunk in chunks {
         if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
@@ -175,7 +181,8 @@ fn copy(job: &Job, chunks: &[Vec<Piece>], shutdown: &AtomicBool) -> Result<(), F
         }
         match &*job.target {
             Target::Local(live) => {
-                let _pinned = pinned(live)?;
+                let pinned = pinned(live)?;
+                let mut copying = kernel.chunk();
                 for p in chunk {
                     let (src, dst) = if write {
                         (p.local, p.remote)
@@ -185,10 +192,14 @@ fn copy(job: &Job, chunks: &[Vec<Piece>], shutdown: &AtomicBool) -> Result<(), F
                     // SAFETY: `local` lies inside this backend's region, valid until the
                     // backend is dropped (after every job has stopped); `remote` lies inside
                     // the peer's region (bounds checked at post against its registered span),
-                    // which stays allocated while pinned. `ptr::copy` allows overlap (a
+                    // which stays allocated while pinned. The kernel allows overlap (a
                     // transport may be its own peer) and creates no references.
-                    unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, p.len) };
+                    unsafe { copying.copy(src as *const u8, dst as *mut u8, p.len) };
                 }
+                // Fences the chunk's streaming stores before the pin is released: a close
+                // waiting on the pin then finds every byte landed (see `memcopy`).
+                drop(copying);
+                drop(pinned);
             }
             Target::Remote { proc, lease, .. } => {
                 let Some(_entered) = lease.enter() else {

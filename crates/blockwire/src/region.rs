@@ -1,6 +1,5 @@
 //! [`Region`]: the local block memory a transport registers.
 
-use std::alloc::{Layout, alloc_zeroed, dealloc};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -9,10 +8,14 @@ use blockwire_core::{BlockIndex, Error, RegionSpan, Result};
 /// Alignment of owned regions: one page, which every registration API accepts.
 pub const REGION_ALIGN: usize = 4096;
 
+/// Owned regions at least this large ask the kernel for transparent huge pages (2 MiB on
+/// x86_64): 512 times fewer first-touch faults, and fewer TLB misses when blocks are copied.
+const HUGE_PAGE_HINT_BYTES: usize = 2 << 20;
+
 /// The local block memory: `num_blocks` blocks of `block_len` bytes, contiguous.
 ///
-/// Either owned (page-aligned, zeroed, freed on drop) or borrowed from memory the caller
-/// manages, such as a KV cache ([`Region::from_raw_parts`]).
+/// Either owned (a private anonymous mapping: page-aligned, zeroed, unmapped on drop) or
+/// borrowed from memory the caller manages, such as a KV cache ([`Region::from_raw_parts`]).
 ///
 /// Peers write into this memory while the program runs, so the region never hands out a `&[u8]`
 /// or `&mut [u8]` to its bytes (that would promise the compiler nobody else changes them).
@@ -32,8 +35,9 @@ pub const REGION_ALIGN: usize = 4096;
 #[derive(Debug)]
 pub struct Region {
     span: RegionSpan,
-    /// `Some` when this region allocated its memory (and frees it on drop).
-    owned: Option<Layout>,
+    /// `Some(length of the mapping)` when this region mapped its memory (and unmaps it on
+    /// drop).
+    owned: Option<usize>,
     /// Set when a transport could not stop a transfer in time: the memory is then never freed.
     leaked: AtomicBool,
 }
@@ -48,6 +52,11 @@ unsafe impl Sync for Region {}
 impl Region {
     /// Allocates a zeroed, page-aligned region.
     ///
+    /// The memory is a private anonymous mapping: the kernel hands out zeroed pages as they are
+    /// first touched, so allocating costs the same for any size (no byte is written here), and
+    /// a page's zeroing is paid by its first write or read, once. Regions of 2 MiB or more are
+    /// marked for transparent huge pages (a hint the kernel may ignore).
+    ///
     /// ```
     /// # use blockwire::Region;
     /// let r = Region::new(4, 1024)?;
@@ -59,23 +68,61 @@ impl Region {
     pub fn new(num_blocks: u32, block_len: usize) -> Result<Region> {
         let len = (num_blocks as usize)
             .checked_mul(block_len)
-            .filter(|&l| l > 0)
+            .filter(|&l| l > 0 && l <= isize::MAX as usize)
             .ok_or_else(|| {
                 Error::Region(format!(
                     "{num_blocks} blocks of {block_len} bytes is empty or overflows"
                 ))
             })?;
-        let layout = Layout::from_size_align(len, REGION_ALIGN)
-            .map_err(|e| Error::Region(format!("{len} bytes: {e}")))?;
-        // SAFETY: the layout has a non-zero size (checked above).
-        let ptr = unsafe { alloc_zeroed(layout) };
-        let base = NonNull::new(ptr)
-            .ok_or_else(|| Error::Region(format!("allocating {len} bytes failed")))?;
-        let span = RegionSpan::new(base, num_blocks, block_len)
-            .ok_or_else(|| Error::Region(format!("{len} bytes at {ptr:p} overflow")))?;
+        // SAFETY: a fresh private anonymous mapping (no address hint, no file): it aliases
+        // nothing in this process, and `len` is non-zero (checked above).
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            let err = std::io::Error::last_os_error();
+            return Err(Error::Region(format!("mapping {len} bytes failed: {err}")));
+        }
+        let ptr = ptr.cast::<u8>();
+        // Mappings start on a page boundary, and a page is a multiple of 4096 bytes on every
+        // Linux target; checked rather than assumed, since registration relies on it.
+        if ptr as usize % REGION_ALIGN != 0 {
+            // SAFETY: the mapping made above, of `len` bytes, not yet shared with anyone.
+            unsafe { libc::munmap(ptr.cast(), len) };
+            return Err(Error::Region(format!(
+                "the kernel mapped {len} bytes at {ptr:p}, not {REGION_ALIGN}-aligned"
+            )));
+        }
+        if len >= HUGE_PAGE_HINT_BYTES {
+            // SAFETY: advice on the mapping made above; MADV_HUGEPAGE changes no content.
+            let rc = unsafe { libc::madvise(ptr.cast(), len, libc::MADV_HUGEPAGE) };
+            if rc != 0 {
+                tracing::debug!(
+                    bytes = len,
+                    error = %std::io::Error::last_os_error(),
+                    "region: no transparent huge pages (a hint; the region works without)"
+                );
+            }
+        }
+        let Some(base) = NonNull::new(ptr) else {
+            // mmap never returns address 0 without MAP_FIXED; refuse rather than assume.
+            return Err(Error::Region(format!("mapping {len} bytes returned null")));
+        };
+        let Some(span) = RegionSpan::new(base, num_blocks, block_len) else {
+            // SAFETY: the mapping made above, of `len` bytes, not yet shared with anyone.
+            unsafe { libc::munmap(ptr.cast(), len) };
+            return Err(Error::Region(format!("{len} bytes at {ptr:p} overflow")));
+        };
         Ok(Region {
             span,
-            owned: Some(layout),
+            owned: Some(len),
             leaked: AtomicBool::new(false),
         })
     }
@@ -293,17 +340,79 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
-        if let Some(layout) = self.owned {
+        if let Some(len) = self.owned {
             if self.leaked.load(Ordering::SeqCst) {
                 tracing::warn!(
-                    bytes = layout.size(),
+                    bytes = len,
                     "region leaked: a transfer may still be writing into it"
                 );
                 return;
             }
-            // SAFETY: the memory was allocated by `alloc_zeroed` with this exact layout in
-            // `Region::new` and is freed only here, once.
-            unsafe { dealloc(self.span.base().as_ptr(), layout) };
+            // SAFETY: the mapping was made by `mmap` with exactly this base and length in
+            // `Region::new` and is unmapped only here, once; no transfer touches it any more
+            // (a transport that could not stop one marked the region leaked, handled above).
+            let rc = unsafe { libc::munmap(self.span.base().as_ptr().cast(), len) };
+            if rc != 0 {
+                tracing::error!(
+                    bytes = len,
+                    error = %std::io::Error::last_os_error(),
+                    "region: unmapping failed; the memory stays mapped"
+                );
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether every page of `[base, base + len)` is mapped in this process (`mincore` fails
+    /// with ENOMEM on a range with an unmapped page).
+    fn mapped(base: u64, len: usize) -> bool {
+        let pages = len.div_ceil(4096);
+        let mut residency = vec![0u8; pages + 16];
+        // SAFETY: `mincore` only reads the page tables of the range and writes one byte per
+        // page into `residency`, which holds more than that many.
+        let rc = unsafe { libc::mincore(base as *mut libc::c_void, len, residency.as_mut_ptr()) };
+        rc == 0
+    }
+
+    #[test]
+    fn a_new_region_reads_zero_everywhere_and_keeps_what_is_written() {
+        let r = Region::new(96, 64 << 10).expect("region"); // 6 MiB: huge-page hinted
+        assert_eq!(r.base_addr() % REGION_ALIGN as u64, 0);
+        for i in 0..r.num_blocks() {
+            assert!(
+                r.block(i).expect("block").iter().all(|&b| b == 0),
+                "block {i}"
+            );
+        }
+        r.fill_block(95, 0xAB).expect("fill");
+        r.write_block(0, &vec![7u8; 64 << 10]).expect("write");
+        assert!(r.block(95).expect("block").iter().all(|&b| b == 0xAB));
+        assert!(r.block(0).expect("block").iter().all(|&b| b == 7));
+        assert!(r.block(1).expect("block").iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn dropping_a_region_unmaps_it_unless_it_was_leaked() {
+        let len = 64 << 20;
+        let r = Region::new(64, 1 << 20).expect("region");
+        let base = r.base_addr();
+        r.fill_block(3, 1).expect("fill");
+        assert!(mapped(base, len));
+        drop(r);
+        // Nothing else in this process maps a 64 MiB range exactly there in between.
+        assert!(!mapped(base, len), "the region's mapping survived its drop");
+
+        let r = Region::new(16, 4096).expect("region");
+        let base = r.base_addr();
+        r.leak();
+        assert!(r.is_leaked());
+        drop(r);
+        assert!(mapped(base, 16 * 4096), "a leaked region was unmapped");
+        // SAFETY: the leaked mapping above, which nothing uses any more.
+        unsafe { libc::munmap(base as *mut libc::c_void, 16 * 4096) };
     }
 }
