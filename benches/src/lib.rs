@@ -560,7 +560,10 @@ mod layout_tests {
                 }
             }
             let covered = (groups * batch) as usize;
-            assert!(seen[..covered].iter().all(|&n| n == 1), "{batch} {blocks}: {seen:?}");
+            assert!(
+                seen[..covered].iter().all(|&n| n == 1),
+                "{batch} {blocks}: {seen:?}"
+            );
             assert!(seen[covered..].iter().all(|&n| n == 0));
         }
     }

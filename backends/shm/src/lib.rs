@@ -115,6 +115,8 @@ mod memcopy;
 mod notify;
 mod process;
 
+pub use memcopy::copy_fast;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;

@@ -110,6 +110,30 @@ impl CopyKernel {
     }
 }
 
+/// Copies `src` into `dst` (equal lengths) with the kernel the copy threads use by default
+/// (`copy_kernel=auto`: streaming stores where the CPU has them, from 16 KiB), fenced before it
+/// returns. For measuring what the machine's copy does, e.g. a memory ceiling.
+///
+/// ```
+/// let src = vec![7u8; 1 << 20];
+/// let mut dst = vec![0u8; 1 << 20];
+/// blockwire_shm::copy_fast(&mut dst, &src);
+/// assert_eq!(dst, src);
+/// ```
+///
+/// # Panics
+///
+/// If the lengths differ (a caller's bug, like `copy_from_slice`).
+pub fn copy_fast(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_fast: lengths differ");
+    let kernel = CopyKernel::streaming().unwrap_or(CopyKernel::Plain);
+    let mut chunk = kernel.chunk();
+    // SAFETY: a shared and an exclusive borrow of `len` bytes each: valid for reads and writes
+    // of `len` bytes, disjoint, and nothing else aliases them while the borrows last. The
+    // fence runs when `chunk` drops, before this returns.
+    unsafe { chunk.copy(src.as_ptr(), dst.as_mut_ptr(), src.len()) };
+}
+
 /// The copies of one chunk. Dropping it fences streaming stores (see the module docs): drop it
 /// before releasing the peer region's pin and before publishing anything about the chunk.
 pub(crate) struct ChunkCopy {
