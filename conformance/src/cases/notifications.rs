@@ -345,10 +345,18 @@ pub(crate) fn undelivered_notification_fails<F: Fixture>(fx: &F) {
     }
     p.plan().lose_notifications(false);
     p.plan().refuse_notifications(true);
-    assert!(matches!(
-        p.a.notify(&p.peer, b"refused"),
-        Err(Error::Notify { .. })
-    ));
+    // Refused at submit; or, posted on the posting thread (`posts_in_caller`), undelivered.
+    match p.a.notify(&p.peer, b"refused") {
+        Err(Error::Notify { .. }) if !p.a.capabilities().posts_in_caller => {}
+        Ok(id) if p.a.capabilities().posts_in_caller => {
+            let seen = wait_for(&p.a, Some(&p.peer), &[id]);
+            assert!(
+                matches!(&seen[&id], Err(FailureReason::NotificationUndelivered(m)) if m.contains(crate::INJECTED)),
+                "{seen:?}"
+            );
+        }
+        r => panic!("a refused notification: {r:?}"),
+    }
     assert_eq!(p.a.in_flight(None), 0);
     p.plan().refuse_notifications(false);
     none_arrives(&p.b, p.a.name(), "for undelivered notifications");
