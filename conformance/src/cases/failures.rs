@@ -63,6 +63,7 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
+    crate::support::posted(plan, 2);
     let started = Instant::now();
     plan.disconnect(true);
     let seen = wait_for(a, Some(&peer), &ids);
@@ -113,6 +114,7 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
+    crate::support::posted(plan, 2);
     // Just short of the timeout: polled (and cancel-waited on nothing) a while, nothing is cut.
     clock.advance(limit - Duration::from_millis(1));
     assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
@@ -166,6 +168,7 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     let plan = p.plan();
     plan.hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     clock.advance(limit * 1000);
     assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
     let seen = poll_for(a, Some(&peer), Duration::from_millis(20));

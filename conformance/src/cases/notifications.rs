@@ -285,6 +285,7 @@ pub(crate) fn cancelled_transfer_sends_none<F: Fixture>(fx: &F) {
     let forgotten =
         p.a.write_blocks_notify(&p.peer, &[1], &[1], b"forgotten")
             .expect("write");
+    crate::support::posted(p.plan(), 2);
     assert_eq!(p.a.cancel(&[waited], CancelMode::Wait), Ok(vec![waited]));
     assert_eq!(p.a.cancel(&[forgotten], CancelMode::Immediate), Ok(vec![]));
     p.plan().release_transfers();
@@ -310,6 +311,7 @@ pub(crate) fn removed_peer_gets_none<F: Fixture>(fx: &F) {
     let id =
         p.a.write_blocks_notify(&p.peer, &[0], &[0], b"removed")
             .expect("write");
+    crate::support::posted(p.plan(), 1);
     p.a.remove_remote_peer(&p.peer).expect("remove");
     p.plan().release_transfers();
     let seen = wait_for(&p.a, Some(&p.peer), &[id]);

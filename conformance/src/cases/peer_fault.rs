@@ -26,6 +26,7 @@ pub(crate) fn reported_until_removed<F: Fixture>(fx: &F) {
     let plan = p.plan();
     plan.hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     plan.disconnect(true);
     let seen = wait_for(a, Some(&peer), &[id]);
     plan.release_transfers();

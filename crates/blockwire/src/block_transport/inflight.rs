@@ -1,4 +1,5 @@
-//! Tracking of posted transfers, per peer, so one peer's poll never touches another's.
+//! Tracking of submitted transfers (posted, or queued for the posting thread), per peer, so
+//! one peer's poll never touches another's.
 //!
 //! The single rule that keeps memory safe: a transfer leaves tracking only when the backend
 //! has released it, and a backend releases only what can no longer move a byte. Ids that
@@ -288,7 +289,16 @@ impl<B: Backend> PeerTransfers<B> {
         let Some(limit) = limit else {
             return;
         };
-        if self.tracked.is_empty() || self.stalled_for(clock) < limit {
+        if self.tracked.is_empty() {
+            return;
+        }
+        // The clock runs only while a transfer is in the backend's hands: time spent queued
+        // for the posting thread (behind another peer's slow post) is not this peer's stall.
+        if self.tracked.values().all(|t| t.xfer.is_queued()) {
+            self.last_progress = clock.now();
+            return;
+        }
+        if self.stalled_for(clock) < limit {
             return;
         }
         // What the backend finished counts, polled or not: a caller may be cancel-waiting on

@@ -134,6 +134,14 @@ impl<B: Backend> Handle<B> {
         }
     }
 
+    /// Whether it still waits for the posting thread (not yet handed to the backend).
+    pub(crate) fn is_queued(&self) -> bool {
+        match self {
+            Handle::Posted(_) => false,
+            Handle::Deferred(slot) => matches!(&*slot.lock(), Pending::Queued),
+        }
+    }
+
     /// Whether its failure was already counted toward the peer's health (a failed post, which
     /// the posting thread counted).
     pub(crate) fn counted(&self) -> bool {
