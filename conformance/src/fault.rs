@@ -35,6 +35,10 @@ struct Plan {
     peers_failed: AtomicUsize,
     posts: AtomicU64,
     fail_post_at: AtomicU64,
+    /// Reported as [`Capabilities::posts_in_caller`] (whatever the inner backend says).
+    defer_posts: AtomicBool,
+    posts_held: Mutex<bool>,
+    posts_cv: Condvar,
     fail_state: AtomicBool,
     refuse_notifications: AtomicBool,
     lose_notifications: AtomicBool,
@@ -112,6 +116,69 @@ impl FaultPlan {
     /// ```
     pub fn release_transfers(&self) {
         self.0.transfers_held.store(false, Ordering::SeqCst);
+    }
+
+    /// Makes the wrapper report [`Capabilities::posts_in_caller`], so the transport posts
+    /// through its posting thread whatever the inner backend does. Set it before the transport
+    /// opens (the transport reads the capability once); [`crate::Spec::with_deferred_posting`]
+    /// does.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().defer_posts(true);
+    /// ```
+    pub fn defer_posts(&self, on: bool) {
+        self.0.defer_posts.store(on, Ordering::SeqCst);
+    }
+
+    /// From now on, `post` and `notify` block until [`FaultPlan::release_posts`]: a library
+    /// whose post waits for data, here for as long as a test needs. Only for a transport that
+    /// posts through its posting thread ([`FaultPlan::defer_posts`]); otherwise the caller
+    /// would wait.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.hold_posts();
+    /// plan.release_posts();
+    /// ```
+    pub fn hold_posts(&self) {
+        *self.0.posts_held.lock() = true;
+    }
+
+    /// Lets held and later posts through.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().release_posts();
+    /// ```
+    pub fn release_posts(&self) {
+        *self.0.posts_held.lock() = false;
+        self.0.posts_cv.notify_all();
+    }
+
+    /// Posts that reached the wrapper so far (held ones included; notifications are not
+    /// counted).
+    ///
+    /// ```
+    /// assert_eq!(blockwire_conformance::FaultPlan::new().posts(), 0);
+    /// ```
+    pub fn posts(&self) -> u64 {
+        self.0.posts.load(Ordering::SeqCst)
+    }
+
+    /// Waits until `n` posts reached the wrapper in total; false on timeout.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// assert!(plan.wait_posts(0, std::time::Duration::ZERO));
+    /// ```
+    pub fn wait_posts(&self, n: u64, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while self.posts() < n {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
     }
 
     /// The `n`th post from now (1 = the next) fails with an injected error; 0 disarms.
@@ -296,6 +363,14 @@ impl<B: Backend> FaultyBackend<B> {
     fn disconnected(&self) -> bool {
         self.plan.0.disconnected.load(Ordering::SeqCst)
     }
+
+    /// Blocks while posts are held.
+    fn wait_posts_released(&self) {
+        let mut held = self.plan.0.posts_held.lock();
+        while *held {
+            self.plan.0.posts_cv.wait(&mut held);
+        }
+    }
 }
 
 impl<B: Backend> Backend for FaultyBackend<B> {
@@ -307,7 +382,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        let mut c = self.inner.capabilities();
+        c.posts_in_caller |= self.plan.0.defer_posts.load(Ordering::SeqCst);
+        c
     }
 
     fn address(&self) -> Vec<u8> {
@@ -341,6 +418,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         remote: &[BlockIndex],
     ) -> Result<Self::Xfer, BackendError> {
         let n = self.plan.0.posts.fetch_add(1, Ordering::SeqCst) + 1;
+        self.wait_posts_released();
         if self.plan.0.fail_post_at.load(Ordering::SeqCst) == n {
             return Err(BackendError::new(
                 BackendErrorKind::Other,
@@ -358,6 +436,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     }
 
     fn notify(&self, peer: &Self::Peer, frame: &[u8]) -> Result<Self::Xfer, BackendError> {
+        self.wait_posts_released();
         if self.plan.0.refuse_notifications.load(Ordering::SeqCst) {
             return Err(BackendError::new(
                 BackendErrorKind::Other,

@@ -37,6 +37,10 @@ pub struct Spec {
     pub notification_capacity: Option<usize>,
     /// `TransportOptions::telemetry`.
     pub telemetry: bool,
+    /// A [`Faulty`] fixture's backend reports `posts_in_caller`
+    /// ([`crate::FaultPlan::defer_posts`]), so the transport posts through its posting thread;
+    /// a [`Plain`] one ignores it.
+    pub deferred_posting: bool,
 }
 
 impl Spec {
@@ -56,6 +60,7 @@ impl Spec {
             clock: None,
             notification_capacity: None,
             telemetry: false,
+            deferred_posting: false,
         }
     }
 
@@ -121,6 +126,16 @@ impl Spec {
     /// ```
     pub fn with_telemetry(mut self, on: bool) -> Self {
         self.telemetry = on;
+        self
+    }
+
+    /// With deferred posting forced on a [`Faulty`] fixture (see [`Spec::deferred_posting`]).
+    ///
+    /// ```
+    /// assert!(blockwire_conformance::Spec::new(1, 64).with_deferred_posting(true).deferred_posting);
+    /// ```
+    pub fn with_deferred_posting(mut self, on: bool) -> Self {
+        self.deferred_posting = on;
         self
     }
 
@@ -362,6 +377,7 @@ impl<F: BackendFactory> Fixture for Faulty<F> {
 
     fn open(&self, spec: &Spec) -> Result<Opened<Self::Transport>> {
         let plan = FaultPlan::new();
+        plan.defer_posts(spec.deferred_posting);
         let region = Region::new(spec.num_blocks, spec.block_len)?;
         let p = plan.clone();
         let transport =

@@ -199,3 +199,14 @@ pub fn pair<F: Fixture>(fx: &F, spec: &Spec) -> Pair<F::Transport> {
     let peer = connect(&a, "b", &b);
     Pair { a, b, peer, faults }
 }
+
+/// Waits until `n` posts in all reached `plan`'s backend: a transport whose backend posts in
+/// the caller's thread (`posts_in_caller`) posts on its posting thread, and a case that acts
+/// on running transfers (held, cancelled, removed) needs them posted first.
+pub fn posted(plan: &FaultPlan, n: u64) {
+    assert!(
+        plan.wait_posts(n, TIMEOUT),
+        "the posting thread posted {} of {n}",
+        plan.posts()
+    );
+}

@@ -331,6 +331,7 @@ impl Backend for OfiBackend {
         c.remote_disconnect = !self.fabric.provider.starts_with("shm");
         c.revoke = true;
         c.notifications = self.fabric.carrier.is_some();
+        c.posts_in_caller = true;
         c
     }
 

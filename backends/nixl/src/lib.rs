@@ -270,6 +270,7 @@ impl Backend for NixlBackend {
         c.cross_process = true;
         c.revoke = true;
         c.notifications = true;
+        c.posts_in_caller = true;
         c
     }
 

@@ -493,6 +493,8 @@ impl Backend for ShmBackend {
         c.remote_disconnect = true;
         c.revoke = true;
         c.notifications = true;
+        // A post only hands a job to the copy threads: it is cheap in the caller's thread.
+        c.posts_in_caller = false;
         c
     }
 

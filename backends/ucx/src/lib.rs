@@ -420,6 +420,7 @@ impl Backend for UcxBackend {
         c.remote_disconnect = self.peer_errors;
         c.revoke = self.revokes;
         c.notifications = true;
+        c.posts_in_caller = true;
         c
     }
 

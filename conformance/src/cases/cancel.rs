@@ -45,6 +45,7 @@ pub(crate) fn wait_keeps_running_transfer<F: Fixture>(fx: &F) {
     std::thread::sleep(Duration::from_millis(50));
     p.plan().hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(p.plan(), 2);
     let unknown = TransferId(u64::MAX);
     let still = a.cancel(&[id, unknown], CancelMode::Wait).expect("cancel");
     assert_eq!(still, vec![id]);
@@ -164,6 +165,7 @@ pub(crate) fn immediate_defers_release_of_running<F: Fixture>(fx: &F) {
     let peer = connect(a, "b", &b);
     faults(&o).hold_transfers();
     let id = a.write_blocks(&peer, &[2], &[3]).expect("write");
+    crate::support::posted(faults(&o), 1);
     assert_eq!(a.cancel(&[id], CancelMode::Immediate), Ok(vec![]));
     assert_eq!(
         a.backend_stats().live_transfers,

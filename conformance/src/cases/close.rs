@@ -48,6 +48,7 @@ pub(crate) fn waits_for_running_transfer<F: Fixture>(fx: &F) {
     let plan = p.plan();
     plan.hold_transfers();
     a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     let started = Instant::now();
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -82,6 +83,7 @@ pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
     let plan = faults(&o);
     plan.hold_transfers();
     a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     let started = Instant::now();
     a.close().expect("close");
     let took = started.elapsed();

@@ -63,6 +63,7 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
+    crate::support::posted(plan, 2);
     let started = Instant::now();
     plan.disconnect(true);
     let seen = wait_for(a, Some(&peer), &ids);
@@ -113,6 +114,7 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
         a.write_blocks(&peer, &[0], &[0]).expect("write"),
         a.write_blocks(&peer, &[1], &[1]).expect("write"),
     ];
+    crate::support::posted(plan, 2);
     // Just short of the timeout: polled (and cancel-waited on nothing) a while, nothing is cut.
     clock.advance(limit - Duration::from_millis(1));
     assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
@@ -166,6 +168,7 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
     let plan = p.plan();
     plan.hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     clock.advance(limit * 1000);
     assert!(a.cancel(&[], CancelMode::Wait).expect("cancel").is_empty());
     let seen = poll_for(a, Some(&peer), Duration::from_millis(20));
@@ -267,9 +270,11 @@ pub(crate) fn remote_close_fails_transfers<F: Fixture>(fx: &F) {
     }
 }
 
-/// A post the backend refuses is an error with context and leaves nothing tracked.
+/// A post the backend refuses is an error with context and leaves nothing tracked; where the
+/// transport posts on its posting thread (`posts_in_caller`), it is a failed transfer whose
+/// reason carries the backend's error.
 ///
-/// Rules: R-POST-CHECK, R-ID-UNIQUE.
+/// Rules: R-POST-CHECK, R-POST-DEFERRED, R-ID-UNIQUE.
 pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let p = pair(fx, &spec);
@@ -277,9 +282,17 @@ pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     p.plan().fail_nth_post(2);
     let first = a.write_blocks(&peer, &[0], &[0]).expect("write");
     match a.write_blocks(&peer, &[1], &[1]) {
+        Ok(id) if a.capabilities().posts_in_caller => {
+            let seen = wait_for(a, Some(&peer), &[first, id]);
+            assert_eq!(seen[&first], Ok(()));
+            assert!(
+                matches!(&seen[&id], Err(FailureReason::Backend(m)) if m.contains(crate::INJECTED)),
+                "{seen:?}"
+            );
+        }
         Err(Error::Submit {
             source, peer: p, ..
-        }) => {
+        }) if !a.capabilities().posts_in_caller => {
             assert_eq!(source.kind(), BackendErrorKind::Other);
             assert!(source.message().starts_with(crate::INJECTED), "{source}");
             assert_eq!(p, peer);
@@ -288,6 +301,10 @@ pub(crate) fn failed_submit_leaves_nothing_tracked<F: Fixture>(fx: &F) {
     }
     let third = a.write_blocks(&peer, &[2], &[2]).expect("write");
     assert!(third.get() > first.get());
-    wait_done(a, &peer, &[first, third]);
+    if a.capabilities().posts_in_caller {
+        wait_done(a, &peer, &[third]);
+    } else {
+        wait_done(a, &peer, &[first, third]);
+    }
     assert_eq!(a.backend_stats().live_transfers, 0);
 }

@@ -4,6 +4,7 @@ mod cancel;
 mod close;
 mod concurrency;
 mod data;
+mod deferred;
 mod failures;
 mod ids;
 mod notifications;
@@ -128,6 +129,12 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(failures::finished_unpolled_peer_is_not_cut, FAULTS),
         case!(failures::remote_close_fails_transfers, DISCONNECT),
         case!(failures::failed_submit_leaves_nothing_tracked, FAULTS),
+        case!(deferred::held_post_does_not_hold_the_caller, FAULTS),
+        case!(deferred::failed_post_surfaces_as_failed, FAULTS),
+        case!(deferred::cancel_of_queued_never_posts, FAULTS),
+        case!(deferred::remove_fails_queued_unposted, FAULTS),
+        case!(deferred::close_never_posts_queued, FAULTS),
+        case!(deferred::queued_ids_reported_once, FAULTS),
         case!(peer_fault::reported_until_removed, FAULTS),
         case!(peer_fault::consecutive_failures, FAULTS),
         case!(close::idempotent, PLAIN),

@@ -26,6 +26,7 @@ pub(crate) fn reported_until_removed<F: Fixture>(fx: &F) {
     let plan = p.plan();
     plan.hold_transfers();
     let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    crate::support::posted(plan, 1);
     plan.disconnect(true);
     let seen = wait_for(a, Some(&peer), &[id]);
     plan.release_transfers();
@@ -76,11 +77,22 @@ pub(crate) fn consecutive_failures<F: Fixture>(fx: &F) {
     let p = pair(fx, &spec);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
+    // Refused at submit; or, where the posting thread posts (`posts_in_caller`), a failed
+    // transfer.
     let refused = |n: u32| {
         for _ in 0..n {
             plan.fail_nth_post(1);
-            let r = a.write_blocks(&peer, &[0], &[0]);
-            assert!(matches!(r, Err(Error::Submit { .. })), "{r:?}");
+            match a.write_blocks(&peer, &[0], &[0]) {
+                Err(Error::Submit { .. }) if !a.capabilities().posts_in_caller => {}
+                Ok(id) if a.capabilities().posts_in_caller => {
+                    let seen = wait_for(a, Some(&peer), &[id]);
+                    assert!(
+                        matches!(seen[&id], Err(FailureReason::Backend(_))),
+                        "{seen:?}"
+                    );
+                }
+                r => panic!("a refused post: {r:?}"),
+            }
         }
     };
     refused(2);
@@ -115,7 +127,13 @@ pub(crate) fn consecutive_failures<F: Fixture>(fx: &F) {
     let plan = faults.expect("a fault-injecting fixture");
     for _ in 0..5 {
         plan.fail_nth_post(1);
-        assert!(a.write_blocks(&peer, &[0], &[0]).is_err());
+        match a.write_blocks(&peer, &[0], &[0]) {
+            Ok(id) => {
+                let seen = wait_for(&a, Some(&peer), &[id]);
+                assert!(seen[&id].is_err(), "{seen:?}");
+            }
+            Err(e) => assert!(matches!(e, Error::Submit { .. }), "{e:?}"),
+        }
     }
     assert_eq!(fault(&a, &peer), None);
     let id = a.write_blocks(&peer, &[1], &[1]).expect("write");

@@ -21,6 +21,7 @@ pub(crate) fn transfers_in_flight_fail_as_removed<F: Fixture>(fx: &F) {
     let ids: Vec<_> = (0..3)
         .map(|i| a.write_blocks(&peer, &[i], &[i]).expect("write"))
         .collect();
+    crate::support::posted(plan, 3);
     a.remove_remote_peer(&peer).expect("remove");
     assert!(a.peers().is_empty());
     assert_eq!(

@@ -35,6 +35,13 @@ pub struct Capabilities {
     /// Notifications are carried ([`Backend::notify`]), and arriving ones reach the
     /// transport's inbox.
     pub notifications: bool,
+    /// [`Backend::post`] (or [`Backend::notify`]) may move data, or wait for the library, in
+    /// the calling thread (a library that copies a large message, or drives a TCP send, inside
+    /// its post call). The transport then never calls them on the caller's thread: it queues
+    /// the transfer and a posting thread of its own posts it, so `write_blocks` and the others
+    /// return at once. A backend whose post only queues work (shm hands a job to its copy
+    /// threads) says `false`, and is posted in the caller's thread.
+    pub posts_in_caller: bool,
 }
 
 /// Live resources of a backend, for tests and leak checks.
@@ -139,7 +146,9 @@ pub trait Backend: Send + Sync + 'static {
     fn disconnect(&self, peer: Self::Peer);
 
     /// Posts a transfer of `local[i]` to `remote[i]` (WRITE) or back (READ). Must not wait for
-    /// the transfer.
+    /// the transfer; a backend whose library may move data in this call says
+    /// [`Capabilities::posts_in_caller`], and is then called from the transport's posting
+    /// thread, in submit order.
     fn post(
         &self,
         peer: &Self::Peer,

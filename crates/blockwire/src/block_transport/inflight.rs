@@ -1,4 +1,5 @@
-//! Tracking of posted transfers, per peer, so one peer's poll never touches another's.
+//! Tracking of submitted transfers (posted, or queued for the posting thread), per peer, so
+//! one peer's poll never touches another's.
 //!
 //! The single rule that keeps memory safe: a transfer leaves tracking only when the backend
 //! has released it, and a backend releases only what can no longer move a byte. Ids that
@@ -15,6 +16,7 @@ use blockwire_core::{
 use parking_lot::{Mutex, RwLock};
 
 use super::peers::PeerConn;
+use super::posting::Handle;
 use crate::clock::Clock;
 use crate::telemetry::{Probe, Telemetry};
 
@@ -28,9 +30,9 @@ enum Stage {
     Plain,
 }
 
-/// One posted transfer.
+/// One submitted transfer: posted, or queued for the posting thread.
 pub(crate) struct Tracked<B: Backend> {
-    xfer: B::Xfer,
+    xfer: Handle<B>,
     conn: Arc<PeerConn<B>>,
     /// The first terminal state the backend reported; kept so a transfer whose release is
     /// refused reports what it first said once it is finally released.
@@ -43,13 +45,13 @@ pub(crate) struct Tracked<B: Backend> {
     cancelled: bool,
     /// Data handles of notified transfers whose release the backend refused when the
     /// notification was posted; released with the transfer.
-    spent: Vec<B::Xfer>,
+    spent: Vec<Handle<B>>,
     /// With telemetry on: what it notes of the transfer.
     probe: Option<Box<Probe>>,
 }
 
 impl<B: Backend> Tracked<B> {
-    pub(crate) fn new(xfer: B::Xfer, conn: Arc<PeerConn<B>>) -> Self {
+    pub(crate) fn new(xfer: Handle<B>, conn: Arc<PeerConn<B>>) -> Self {
         Tracked {
             xfer,
             conn,
@@ -69,15 +71,15 @@ impl<B: Backend> Tracked<B> {
     }
 
     /// A transfer whose notification (`frame`) is sent once its data is in place.
-    pub(crate) fn notified(xfer: B::Xfer, conn: Arc<PeerConn<B>>, frame: Arc<[u8]>) -> Self {
+    pub(crate) fn notified(xfer: Handle<B>, conn: Arc<PeerConn<B>>, frame: Arc<[u8]>) -> Self {
         Tracked {
             stage: Stage::Data(frame),
             ..Self::new(xfer, conn)
         }
     }
 
-    /// A standalone notification, already posted.
-    pub(crate) fn notification(xfer: B::Xfer, conn: Arc<PeerConn<B>>) -> Self {
+    /// A standalone notification (posted, or queued).
+    pub(crate) fn notification(xfer: Handle<B>, conn: Arc<PeerConn<B>>) -> Self {
         Tracked {
             stage: Stage::Notify,
             ..Self::new(xfer, conn)
@@ -97,10 +99,12 @@ impl<B: Backend> Tracked<B> {
         if self.outcome.is_some() {
             return true;
         }
-        let mut state = backend.state(&mut self.xfer);
+        let mut state = self.xfer.state(backend);
         if !state.is_terminal() {
             return false;
         }
+        // A failed post was counted toward the peer's health when it failed.
+        let counted = self.xfer.counted();
         match (&self.stage, &state) {
             (Stage::Data(frame), XferState::Done) => {
                 let frame = frame.clone();
@@ -118,7 +122,7 @@ impl<B: Backend> Tracked<B> {
                 }
             }
             (Stage::Notify, XferState::Failed(reason)) => {
-                if !self.removed && !self.conn.is_retired() {
+                if !counted && !self.removed && !self.conn.is_retired() {
                     self.conn.observed(&state);
                 }
                 self.outcome = Some(XferState::Failed(FailureReason::NotificationUndelivered(
@@ -128,7 +132,7 @@ impl<B: Backend> Tracked<B> {
             }
             _ => {}
         }
-        if !self.removed && !self.conn.is_retired() {
+        if !counted && !self.removed && !self.conn.is_retired() {
             self.conn.observed(&state);
         }
         self.outcome = Some(state);
@@ -143,8 +147,8 @@ impl<B: Backend> Tracked<B> {
         };
         match backend.notify(peer, frame) {
             Ok(next) => {
-                let data = std::mem::replace(&mut self.xfer, next);
-                if let Err(data) = backend.release(data) {
+                let data = std::mem::replace(&mut self.xfer, Handle::Posted(next));
+                if let Err(data) = data.release(backend) {
                     self.spent.push(data);
                 }
                 self.stage = Stage::Notify;
@@ -170,7 +174,7 @@ impl<B: Backend> Tracked<B> {
             return Err(self);
         }
         for data in std::mem::take(&mut self.spent) {
-            if let Err(data) = backend.release(data) {
+            if let Err(data) = data.release(backend) {
                 self.spent.push(data);
             }
         }
@@ -190,7 +194,7 @@ impl<B: Backend> Tracked<B> {
         // A notification delivered while its peer was being removed: the target was told, so
         // the transfer is done whatever the remove said (found by the model-based test).
         let delivered = matches!(stage, Stage::Notify) && matches!(outcome, Some(XferState::Done));
-        match backend.release(xfer) {
+        match xfer.release(backend) {
             Ok(()) => Ok(Released {
                 conn,
                 outcome,
@@ -285,7 +289,16 @@ impl<B: Backend> PeerTransfers<B> {
         let Some(limit) = limit else {
             return;
         };
-        if self.tracked.is_empty() || self.stalled_for(clock) < limit {
+        if self.tracked.is_empty() {
+            return;
+        }
+        // The clock runs only while a transfer is in the backend's hands: time spent queued
+        // for the posting thread (behind another peer's slow post) is not this peer's stall.
+        if self.tracked.values().all(|t| t.xfer.is_queued()) {
+            self.last_progress = clock.now();
+            return;
+        }
+        if self.stalled_for(clock) < limit {
             return;
         }
         // What the backend finished counts, polled or not: a caller may be cancel-waiting on
@@ -483,7 +496,7 @@ impl<B: Backend> Inflight<B> {
                 t.cancel();
                 let stopped = t.observe(backend);
                 if !stopped {
-                    backend.abort(&mut t.xfer);
+                    t.xfer.abort(backend);
                 }
                 match (mode, t.try_release(backend)) {
                     (_, Ok(mut r)) => {
@@ -518,7 +531,7 @@ impl<B: Backend> Inflight<B> {
             for t in guard.tracked.values_mut() {
                 if Arc::ptr_eq(&t.conn, conn) && !t.observe(backend) {
                     t.removed = true;
-                    backend.abort(&mut t.xfer);
+                    t.xfer.abort(backend);
                 }
             }
         }
@@ -551,7 +564,7 @@ impl<B: Backend> Inflight<B> {
         for t in &mut pending {
             t.cancel();
             if !t.observe(backend) {
-                backend.abort(&mut t.xfer);
+                t.xfer.abort(backend);
             }
         }
         let mut released = Vec::new();

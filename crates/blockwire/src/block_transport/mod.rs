@@ -2,6 +2,7 @@
 
 mod inflight;
 mod peers;
+mod posting;
 mod validate;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use crate::telemetry::{Telemetry, TelemetrySnapshot};
 use crate::{Region, Registration, Transport, TransportOptions};
 use inflight::{Inflight, Released, Tracked};
 use peers::{PeerConn, PeerTable, Publish};
+use posting::{Handle, Work};
 
 /// The transport over backend `B`: validation, generations, per-peer polling, cancel modes and
 /// close, written once. A backend only connects, posts, observes and releases.
@@ -41,6 +43,11 @@ pub struct BlockTransport<B: Backend> {
     /// even while the worker is stuck in a slow connect.
     queued: Receiver<Job>,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// With a backend that posts in the caller's thread ([`Capabilities::posts_in_caller`]):
+    /// the posting thread's queue (see `posting`).
+    posts: Option<Sender<posting::Msg<B>>>,
+    /// The posting thread, until close lets it go.
+    poster: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// State shared with the registration worker.
@@ -165,6 +172,24 @@ impl<B: Backend> BlockTransport<B> {
                 what: "spawning the registration worker",
                 source: e.into(),
             })?;
+        let (posts, poster) = if shared.backend.capabilities().posts_in_caller {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let poster_shared = shared.clone();
+            // It holds the shared state (backend and region), so neither is freed while a post
+            // runs; close stops it.
+            let poster = std::thread::Builder::new()
+                .name(format!("blockwire-{}-post", shared.backend.kind()))
+                .spawn(move || {
+                    posting::run(&*poster_shared.backend, &rx, &poster_shared.closed);
+                })
+                .map_err(|e| Error::Os {
+                    what: "spawning the posting thread",
+                    source: e.into(),
+                })?;
+            (Some(tx), Some(poster))
+        } else {
+            (None, None)
+        };
         tracing::debug!(
             backend = shared.backend.kind(),
             name = %shared.name,
@@ -177,6 +202,8 @@ impl<B: Backend> BlockTransport<B> {
             jobs: Mutex::new(Some(tx)),
             queued: rx,
             worker: Mutex::new(Some(worker)),
+            posts,
+            poster: Mutex::new(poster),
         })
     }
 
@@ -223,25 +250,40 @@ impl<B: Backend> BlockTransport<B> {
             s.region.num_blocks(),
             conn.num_blocks,
         )?;
-        let backend_peer = conn
-            .peer()
-            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
-        let xfer = s
-            .backend
-            .post(backend_peer, op, local, remote)
-            .map_err(|source| {
-                conn.refused(&source);
-                Error::Submit {
-                    peer: peer.clone(),
+        let (handle, job, id) = match &self.posts {
+            Some(_) => {
+                let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+                let work = Work::Transfer {
                     op,
-                    source,
-                }
-            })?;
-        let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+                    local: local.to_vec(),
+                    remote: remote.to_vec(),
+                };
+                let (handle, job) = posting::queue(id, conn.clone(), work);
+                (handle, Some(job), id)
+            }
+            None => {
+                let backend_peer = conn
+                    .peer()
+                    .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+                let xfer = s
+                    .backend
+                    .post(backend_peer, op, local, remote)
+                    .map_err(|source| {
+                        conn.refused(&source);
+                        Error::Submit {
+                            peer: peer.clone(),
+                            op,
+                            source,
+                        }
+                    })?;
+                let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+                (Handle::Posted(xfer), None, id)
+            }
+        };
         let notified = frame.is_some();
         let tracked = match frame {
-            Some(frame) => Tracked::notified(xfer, conn.clone(), frame),
-            None => Tracked::new(xfer, conn.clone()),
+            Some(frame) => Tracked::notified(handle, conn.clone(), frame),
+            None => Tracked::new(handle, conn.clone()),
         };
         let probe = s.telemetry.as_ref().zip(started).map(|(tel, started)| {
             let blocks = u32::try_from(local.len()).unwrap_or(u32::MAX);
@@ -249,11 +291,19 @@ impl<B: Backend> BlockTransport<B> {
             tel.posted(started, id, peer, op.into(), notified, blocks, bytes)
         });
         s.inflight.insert(peer, id, tracked.with_probe(probe));
+        self.enqueue(job);
         if conn.is_retired() {
             // Removed while we posted: stop it like the transfers remove already saw.
             s.inflight.abort_peer(&s.backend, &conn);
         }
-        tracing::trace!(transfer = %id, %peer, %op, blocks = local.len(), "transfer posted");
+        tracing::trace!(
+            transfer = %id,
+            %peer,
+            %op,
+            blocks = local.len(),
+            queued = self.posts.is_some(),
+            "transfer submitted"
+        );
         Ok(id)
     }
 
@@ -264,30 +314,55 @@ impl<B: Backend> BlockTransport<B> {
         let _gate = s.open()?;
         let frame = s.frame(message)?;
         let conn = s.usable(peer)?;
-        let backend_peer = conn
-            .peer()
-            .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
-        let xfer = s.backend.notify(backend_peer, &frame).map_err(|source| {
-            conn.refused(&source);
-            Error::Notify {
-                peer: peer.clone(),
-                source,
+        let (handle, job, id) = match &self.posts {
+            Some(_) => {
+                let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+                let (handle, job) =
+                    posting::queue(id, conn.clone(), Work::Notification(frame.clone()));
+                (handle, Some(job), id)
             }
-        })?;
-        let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+            None => {
+                let backend_peer = conn
+                    .peer()
+                    .ok_or_else(|| Error::UnknownPeer(peer.clone()))?;
+                let xfer = s.backend.notify(backend_peer, &frame).map_err(|source| {
+                    conn.refused(&source);
+                    Error::Notify {
+                        peer: peer.clone(),
+                        source,
+                    }
+                })?;
+                let id = TransferId(s.next_id.fetch_add(1, Ordering::Relaxed));
+                (Handle::Posted(xfer), None, id)
+            }
+        };
         let probe = s.telemetry.as_ref().zip(started).map(|(tel, started)| {
             tel.posted(started, id, peer, TransferKind::Notification, true, 0, 0)
         });
         s.inflight.insert(
             peer,
             id,
-            Tracked::notification(xfer, conn.clone()).with_probe(probe),
+            Tracked::notification(handle, conn.clone()).with_probe(probe),
         );
+        self.enqueue(job);
         if conn.is_retired() {
             s.inflight.abort_peer(&s.backend, &conn);
         }
-        tracing::trace!(transfer = %id, %peer, len = message.len(), "notification posted");
+        tracing::trace!(transfer = %id, %peer, len = message.len(), "notification submitted");
         Ok(id)
+    }
+
+    /// Hands a queued transfer (already tracked) to the posting thread.
+    fn enqueue(&self, job: Option<posting::Job<B>>) {
+        let (Some(job), Some(posts)) = (job, &self.posts) else {
+            return;
+        };
+        if let Err(unsent) = posts.send(posting::Msg::Post(job)) {
+            // The posting thread is gone (it only goes at close, which the gate excludes).
+            if let posting::Msg::Post(job) = unsent.into_inner() {
+                job.abandon("the posting thread is gone");
+            }
+        }
     }
 }
 
@@ -334,6 +409,33 @@ impl<B: Backend> BlockTransport<B> {
         if spawned.is_err() {
             self.shared.region.leak();
             std::mem::forget(slot.lock().take());
+        }
+    }
+}
+
+impl<B: Backend> BlockTransport<B> {
+    /// Close: stops the posting thread, waiting for it until `deadline` (it finishes the post
+    /// it runs, if any, then exits; past the deadline it is left to exit on its own, holding
+    /// the shared state until then).
+    fn stop_posting(&self, deadline: Instant) {
+        let Some(posts) = &self.posts else {
+            return;
+        };
+        // Sent after every queued transfer was dropped: the thread skips them, then stops.
+        let _ = posts.send(posting::Msg::Stop);
+        let Some(poster) = self.poster.lock().take() else {
+            return;
+        };
+        while !poster.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        if poster.is_finished() {
+            let _ = poster.join();
+        } else {
+            tracing::warn!(
+                backend = self.shared.backend.kind(),
+                "close: the posting thread is still inside a post; leaving it to finish on its own"
+            );
         }
     }
 }
@@ -690,9 +792,12 @@ impl<B: Backend> Transport for BlockTransport<B> {
             conn.retire();
         }
         // 3. Stop and release every transfer, bounded.
+        //    A transfer still queued is dropped unposted and released at once; one the posting
+        //    thread is posting is aborted once its post returns.
         let (released, running): (Vec<Released<B>>, _) =
             s.inflight.drain_for_close(&s.backend, deadline);
         drop(released);
+        self.stop_posting(deadline);
         // 4. Disconnect the peers, then revoke remote access to the region (both outside
         //    every lock), or leave both to the reaper.
         drop(conns);
