@@ -121,7 +121,7 @@ fn print_ceilings(run: &Run) {
          kept (/ceil: the one that bounds the setting):"
     );
     println!(
-        "  mem  {:>6.2} GB/s: memcpy over {} MiB, best of 1 to {} threads ({}) and of /1thr",
+        "  mem  {:>6.2} GB/s: memcpy or streaming copy over {} MiB, best of 1 to {} threads ({}) and of /1thr",
         c.mem_gbps,
         run.region_mib,
         c.mem_by_threads.len(),

@@ -43,7 +43,7 @@ use crate::{AnyTransport, BlockTransport};
 /// | `R-REMOVE-RUNNING` | [`remove_remote_peer`](Transport::remove_remote_peer) | transfers still running surface (by the peer's id) as failed, `PeerRemoved`, once they stop; those that had completed, as done; the backend's peer is freed only after the last of them |
 /// | `R-POST-CHECK` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate before anything moves: a published peer, equal non-empty index lists (an empty one is `EmptyTransfer`, given no id), every index in range (remote ones against the peer's block count), no destination block twice; an error, or a post the backend refuses in the call, leaves nothing tracked and moves nothing (a post refused on the posting thread is a failed transfer, `R-POST-DEFERRED`) |
 /// | `R-POST-DATA` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | a WRITE lands local block `local[i]` at the peer's block `remote[i]`, a READ the peer's `remote[i]` at `local[i]`, for every `i` (a source may repeat); no other block changes on either side; done only once the bytes are at the destination |
-/// | `R-POST-NO-WAIT` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | never wait, not for the transfer nor for the peer, nor for a library that moves data inside its post call: what the library refuses for now is retried on the backend's thread, and a backend whose post may move data in the caller's thread is posted on the transport's posting thread (`R-POST-DEFERRED`) |
+/// | `R-POST-NO-WAIT` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | never wait, not for the transfer nor for the peer: what the library refuses for now is retried on the backend's thread, and a backend that says `posts_in_caller` is posted on the transport's posting thread (`R-POST-DEFERRED`); the built-in backends do not say it yet, and their library's post may move data in the call (ucx, libfabric and nixl with large messages) |
 /// | `R-POST-DEFERRED` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks), the `_notify` variants, [`notify`](Transport::notify) | with a backend that says [`Capabilities::posts_in_caller`](crate::Capabilities::posts_in_caller), the call validates, gives the id and returns; the transport's posting thread posts, to each peer in submit order. A post that fails there is a failed transfer whose reason says posting failed, with the backend's text, and counts toward `R-PEER-FAULT` like a refused post. A transfer still queued is in flight and obeys every rule: a cancel (either mode) releases it at once and it is never posted, a remove fails it `PeerRemoved` unposted, close never posts it |
 /// | `R-ID-UNIQUE` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | return a [`TransferId`] unique for the transport's lifetime and increasing, across every peer |
 /// | `R-ID-ONCE` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | every id is reported exactly once: done, failed (with a reason: peer removed, remote disconnect, aborted, backend error, failed state check), or taken by a cancel |
@@ -249,12 +249,13 @@ pub trait Transport: Send + Sync {
 
     /// Posts a WRITE of local block `local[i]` to the peer's block `remote[i]`, for every `i`.
     /// Validates before anything moves (equal non-zero lengths, every index in range, no
-    /// remote block twice); any error leaves nothing tracked. Never waits: not for the
-    /// transfer, nor for the peer, nor for a library that moves data inside its post call (a
-    /// backend that says [`Capabilities::posts_in_caller`](crate::Capabilities::posts_in_caller)
-    /// is posted on the transport's posting thread, in submit order; a post that fails there
-    /// is reported by [`poll`](Transport::poll) as a failed transfer instead of this call's
-    /// `Err(Submit)`). A peer the transport judged unusable is refused with
+    /// remote block twice); any error leaves nothing tracked. Never waits for the transfer, nor
+    /// for the peer. A backend that says
+    /// [`Capabilities::posts_in_caller`](crate::Capabilities::posts_in_caller) is posted on the
+    /// transport's posting thread, in submit order (a post that fails there is reported by
+    /// [`poll`](Transport::poll) as a failed transfer instead of this call's `Err(Submit)`);
+    /// the built-in backends do not say it yet, so with large messages ucx, libfabric and nixl
+    /// may move data inside this call. A peer the transport judged unusable is refused with
     /// `Err(PeerFaulted)` (see [`PollResult::peer_fault`]) until it is removed.
     ///
     /// ```

@@ -161,6 +161,37 @@ impl RegionSpan {
         remote: &[BlockIndex],
         remote_blocks: u32,
     ) -> Result<Vec<BlockPair>, BackendError> {
+        self.check_lists(local, remote, remote_blocks)?;
+        Ok(local
+            .iter()
+            .zip(remote)
+            .map(|(&l, &r)| BlockPair {
+                local: l as usize * self.block_len,
+                remote: u64::from(r) * self.block_len as u64,
+            })
+            .collect())
+    }
+
+    /// Checks a transfer's index lists against this region and a peer's of `remote_blocks`
+    /// blocks: equal lengths, every local index below [`num_blocks`](Self::num_blocks), every
+    /// remote one below `remote_blocks`. Offsets of checked indices fit (`num_blocks *
+    /// block_len` was checked by [`RegionSpan::new`]).
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 4, 100).unwrap();
+    /// assert!(s.check_lists(&[0, 3], &[7, 1], 8).is_ok());
+    /// assert!(s.check_lists(&[4], &[0], 8).is_err());
+    /// assert!(s.check_lists(&[0], &[8], 8).is_err());
+    /// assert!(s.check_lists(&[0, 1], &[0], 8).is_err());
+    /// ```
+    pub fn check_lists(
+        &self,
+        local: &[BlockIndex],
+        remote: &[BlockIndex],
+        remote_blocks: u32,
+    ) -> Result<(), BackendError> {
         let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
         if local.len() != remote.len() {
             return Err(bad(format!(
@@ -169,21 +200,12 @@ impl RegionSpan {
                 remote.len()
             )));
         }
-        local
-            .iter()
-            .zip(remote)
-            .map(|(&l, &r)| {
-                let local = self
-                    .block_offset(l)
-                    .ok_or_else(|| bad(format!("local block {l} out of range")))?;
-                if r >= remote_blocks {
-                    return Err(bad(format!("remote block {r} out of range")));
-                }
-                Ok(BlockPair {
-                    local,
-                    remote: u64::from(r) * self.block_len as u64,
-                })
-            })
-            .collect()
+        if let Some(l) = local.iter().find(|&&l| l >= self.num_blocks) {
+            return Err(bad(format!("local block {l} out of range")));
+        }
+        if let Some(r) = remote.iter().find(|&&r| r >= remote_blocks) {
+            return Err(bad(format!("remote block {r} out of range")));
+        }
+        Ok(())
     }
 }

@@ -80,7 +80,10 @@ impl<T: Transport> Runner<'_, T> {
             if tracked == 0 && live == 0 {
                 break;
             }
-            if empty && live == 0 {
+            // A transfer the transport still tracks but the backend does not hold yet is
+            // queued for the posting thread (`Capabilities::posts_in_caller`): it will be.
+            let queued = self.local.in_flight(None);
+            if empty && live == 0 && queued == 0 {
                 return Err(format!(
                     "the backend holds no transfer any more, yet ids {:?} were never \
                      reported, taken or forgotten: they never will be",

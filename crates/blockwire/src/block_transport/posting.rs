@@ -23,8 +23,8 @@
 //! Locks: the posting thread takes only a slot's lock, never a tracking or peer-table lock,
 //! and never holds it while posting; the tracking takes a slot's lock under a peer's lock.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BlockIndex, FailureReason, Op, TransferId, XferState,
@@ -167,7 +167,10 @@ pub(crate) enum Work {
 /// One transfer for the posting thread.
 pub(crate) struct Job<B: Backend> {
     id: TransferId,
-    conn: Arc<PeerConn<B>>,
+    /// Weak: a job waiting in the queue must not keep its peer connected once nothing tracks
+    /// the transfer any more (cancelled, removed, closed): the tracking holds the strong
+    /// reference while the transfer is tracked.
+    conn: Weak<PeerConn<B>>,
     work: Work,
     slot: Arc<Mutex<Pending<B::Xfer>>>,
 }
@@ -188,7 +191,7 @@ pub(crate) fn queue<B: Backend>(
     let slot = Arc::new(Mutex::new(Pending::Queued));
     let job = Job {
         id,
-        conn,
+        conn: Arc::downgrade(&conn),
         work,
         slot: slot.clone(),
     };
@@ -207,7 +210,7 @@ impl<B: Backend> Job<B> {
     /// Posts the job unless it was dropped, the peer removed or the transport closed since it
     /// was queued.
     fn post(self, backend: &B, closed: &AtomicBool) {
-        {
+        let conn = {
             let mut pending = self.slot.lock();
             if !matches!(*pending, Pending::Queued) {
                 return;
@@ -216,13 +219,19 @@ impl<B: Backend> Job<B> {
                 *pending = Pending::Dropped(FailureReason::Aborted);
                 return;
             }
-            if self.conn.is_retired() {
+            // Nothing tracks the transfer any more: it is never posted.
+            let Some(conn) = self.conn.upgrade() else {
+                *pending = Pending::Dropped(FailureReason::Aborted);
+                return;
+            };
+            if conn.is_retired() {
                 *pending = Pending::Dropped(FailureReason::PeerRemoved);
                 return;
             }
             *pending = Pending::Posting { abort: false };
-        }
-        let Some(peer) = self.conn.peer() else {
+            conn
+        };
+        let Some(peer) = conn.peer() else {
             *self.slot.lock() = Pending::Dropped(FailureReason::PeerRemoved);
             return;
         };
@@ -239,16 +248,16 @@ impl<B: Backend> Job<B> {
                     backend.abort(&mut xfer);
                 }
                 *pending = Pending::Posted(xfer);
-                tracing::trace!(transfer = %self.id, peer = %self.conn.id, "queued transfer posted");
+                tracing::trace!(transfer = %self.id, peer = %conn.id, "queued transfer posted");
             }
             Err(error) => {
                 tracing::warn!(
                     transfer = %self.id,
-                    peer = %self.conn.id,
+                    peer = %conn.id,
                     %error,
                     "posting a queued transfer failed: it fails"
                 );
-                self.conn.refused(&error);
+                conn.refused(&error);
                 *self.slot.lock() = Pending::Failed(post_failure(&error));
             }
         }

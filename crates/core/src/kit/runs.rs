@@ -7,7 +7,7 @@
 //! `k` such blocks is one operation of `k * block_len` bytes. Small contiguous blocks then move
 //! at the rate of large ones; scattered blocks stay one operation each, as before.
 
-use crate::{BackendError, BackendErrorKind, BlockIndex, RegionSpan};
+use crate::{BackendError, BlockIndex, RegionSpan};
 
 /// The bound on one run's bytes for a backend whose library sets no practical limit of its
 /// own (1 MiB): per-operation costs are already small next to a 1 MiB copy (the bench's 1 MiB
@@ -189,20 +189,7 @@ pub fn checked_runs<'a>(
     remote_blocks: u32,
     max_bytes: usize,
 ) -> Result<ByteRuns<'a>, BackendError> {
-    let bad = |what: String| BackendError::new(BackendErrorKind::Other, what);
-    if local.len() != remote.len() {
-        return Err(bad(format!(
-            "index lists differ in length: {} local, {} remote",
-            local.len(),
-            remote.len()
-        )));
-    }
-    if let Some(l) = local.iter().find(|&&l| l >= span.num_blocks()) {
-        return Err(bad(format!("local block {l} out of range")));
-    }
-    if let Some(r) = remote.iter().find(|&&r| r >= remote_blocks) {
-        return Err(bad(format!("remote block {r} out of range")));
-    }
+    span.check_lists(local, remote, remote_blocks)?;
     let block_len = span.block_len();
     let max_blocks = u32::try_from(max_bytes / block_len).unwrap_or(u32::MAX);
     Ok(ByteRuns {
