@@ -426,12 +426,7 @@ impl<B: Backend> BlockTransport<B> {
         let Some(poster) = self.poster.lock().take() else {
             return;
         };
-        while !poster.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        if poster.is_finished() {
-            let _ = poster.join();
-        } else {
+        if !join_until(poster, deadline) {
             tracing::warn!(
                 backend = self.shared.backend.kind(),
                 "close: the posting thread is still inside a post; leaving it to finish on its own"
@@ -568,6 +563,19 @@ impl<B: Backend> Shared<B> {
         drop(conn);
         resolver.resolve(result);
     }
+}
+
+/// Joins `thread` if it finishes by `deadline`; `false` (and the thread left to finish on its
+/// own) if it does not.
+fn join_until(thread: JoinHandle<()>, deadline: Instant) -> bool {
+    while !thread.is_finished() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let finished = thread.is_finished();
+    if finished {
+        let _ = thread.join();
+    }
+    finished
 }
 
 fn registration_worker<B: Backend>(shared: Arc<Shared<B>>, jobs: Receiver<Job>) {
@@ -774,12 +782,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
             job.resolver.resolve(Err(Error::Closed));
         }
         if let Some(worker) = self.worker.lock().take() {
-            while !worker.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if worker.is_finished() {
-                let _ = worker.join();
-            } else {
+            if !join_until(worker, deadline) {
                 tracing::warn!(
                     backend = s.backend.kind(),
                     "close: a peer registration is still connecting; leaving it to finish on its own"
