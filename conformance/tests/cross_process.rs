@@ -8,6 +8,91 @@ fn shm_between_two_processes() {
         .expect("cross-process shm");
 }
 
+/// Regions in shared memory (`Region::new_shared`): each side maps the other's region and
+/// copies straight into it.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_shared_regions_between_two_processes() {
+    blockwire_conformance::peer::drive(
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "shm",
+        "region=shared",
+    )
+    .expect("cross-process shm, shared regions mapped");
+}
+
+/// How many mappings of regions in shared memory this process holds (`/proc/self/maps` names
+/// each memfd mapping after the memfd).
+#[cfg(feature = "shm")]
+fn shared_region_mappings() -> usize {
+    std::fs::read_to_string("/proc/self/maps")
+        .expect("read /proc/self/maps")
+        .lines()
+        .filter(|l| l.contains("memfd:blockwire-region"))
+        .count()
+}
+
+/// Adding a peer process whose region is in shared memory maps that region here (one more
+/// mapping of a region memfd), unless `map_peers=false`; removing the peer unmaps it.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_a_peer_region_in_shared_memory_is_mapped_until_removed() {
+    use blockwire_conformance::peer::{SpawnedPeer, open_any};
+
+    let exe = env!("CARGO_BIN_EXE_blockwire-peer");
+    for (opts, maps) in [
+        ("region=shared", true),
+        ("region=shared,map_peers=false", false),
+    ] {
+        let child = SpawnedPeer::spawn(exe, "shm", 8, 64 << 10, 3, opts).expect("spawn");
+        let me = open_any("shm", 8, 64 << 10, opts).expect("open");
+        let before = shared_region_mappings();
+        me.add_remote_peer(&"child".into(), &child.descriptor)
+            .expect("add the child");
+        let added = shared_region_mappings();
+        assert_eq!(
+            added,
+            before + usize::from(maps),
+            "{opts}: mappings after add"
+        );
+        let id = me
+            .write_blocks(&"child".into(), &[0, 1], &[7, 6])
+            .expect("write");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let polled = me.poll(Some(&"child".into())).expect("poll");
+            assert!(polled.failed.is_empty(), "{opts}: {polled:?}");
+            if polled.done.contains(&id) {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{opts}: WRITE not done"
+            );
+        }
+        // Nothing is running to the peer: its resources go with the remove.
+        me.remove_remote_peer(&"child".into()).expect("remove");
+        assert_eq!(
+            shared_region_mappings(),
+            before,
+            "{opts}: mappings after remove"
+        );
+        child.quit().expect("quit");
+    }
+}
+
+/// Regions in shared memory with `map_peers=false`: reached through `process_vm_*` instead.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_shared_regions_unmapped_between_two_processes() {
+    blockwire_conformance::peer::drive(
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "shm",
+        "region=shared,map_peers=false",
+    )
+    .expect("cross-process shm, shared regions not mapped");
+}
+
 /// Where the kernel forbids cross-process access, adding the peer fails at once with an error
 /// that says why. As root the peer process becomes `nobody` and tries to reach this (root)
 /// process; otherwise it makes itself non-dumpable and this process tries to reach it.
@@ -171,6 +256,13 @@ fn shm_dead_peer() {
     dead_peer("shm", "");
 }
 
+/// A peer killed while this process copies into its mapped region (whose pages outlive it).
+#[cfg(feature = "shm")]
+#[test]
+fn shm_shared_regions_dead_peer() {
+    dead_peer("shm", "region=shared");
+}
+
 #[cfg(feature = "ucx")]
 #[test]
 fn ucx_tcp_dead_peer() {
@@ -226,6 +318,13 @@ fn target_side(backend: &str, opts: &str) {
 #[test]
 fn shm_target_side() {
     target_side("shm", "");
+}
+
+/// Close revokes peers that mapped the region exactly as it revokes `process_vm_*` ones.
+#[cfg(feature = "shm")]
+#[test]
+fn shm_shared_regions_target_side() {
+    target_side("shm", "region=shared");
 }
 
 #[cfg(feature = "ucx")]
@@ -284,6 +383,12 @@ fn notifications(backend: &str, opts: &str) {
 #[test]
 fn shm_notifications() {
     notifications("shm", "");
+}
+
+#[cfg(feature = "shm")]
+#[test]
+fn shm_shared_regions_notifications() {
+    notifications("shm", "region=shared");
 }
 
 #[cfg(feature = "ucx")]

@@ -12,6 +12,7 @@ use parking_lot::RwLockReadGuard;
 
 use crate::lease::Lease;
 use crate::live::LiveRegion;
+use crate::mapping::PeerMapping;
 use crate::memcopy::CopyKernel;
 use crate::notify::{self, Outlet};
 use crate::process::{self, Piece};
@@ -21,8 +22,8 @@ use blockwire_core::kit::ProcessWatch;
 pub(crate) enum Target {
     /// In this process: direct copies while the region is pinned registered.
     Local(Arc<LiveRegion>),
-    /// In another process: `process_vm_writev`/`readv`, each chunk counted in on the
-    /// region's lease.
+    /// In another process: copies into its region mapped here when it lives in shared
+    /// memory, else `process_vm_writev`/`readv`; each chunk counted in on the region's lease.
     Remote {
         /// The peer process.
         proc: ProcessWatch,
@@ -30,6 +31,9 @@ pub(crate) enum Target {
         lease: Lease,
         /// Its notification socket.
         outlet: Outlet,
+        /// Its region mapped into this process, when it lives in shared memory (and the
+        /// backend maps peers).
+        mapping: Option<PeerMapping>,
     },
 }
 
@@ -201,8 +205,13 @@ fn copy(
                 drop(copying);
                 drop(pinned);
             }
-            Target::Remote { proc, lease, .. } => {
-                let Some(_entered) = lease.enter() else {
+            Target::Remote {
+                proc,
+                lease,
+                mapping,
+                ..
+            } => {
+                let Some(entered) = lease.enter() else {
                     return Err(FailureReason::RemoteDisconnect(format!(
                         "the peer's region in process {} was revoked (its transport closed)",
                         proc.pid()
@@ -214,16 +223,42 @@ fn copy(
                         proc.pid()
                     )));
                 }
-                // SAFETY: every local piece lies inside this backend's region (checked at
-                // post), valid until the backend is dropped, after every job has stopped.
-                if let Err(e) = unsafe { process::copy_pieces(proc, chunk, write) } {
-                    return Err(match e.kind() {
-                        BackendErrorKind::RemoteDisconnect => {
-                            FailureReason::RemoteDisconnect(e.message().to_owned())
+                match mapping {
+                    Some(mapping) => {
+                        let mut copying = kernel.chunk();
+                        for p in chunk {
+                            let mapped = mapping.at(p.remote);
+                            let (src, dst) = if write {
+                                (p.local as *const u8, mapped)
+                            } else {
+                                (mapped as *const u8, p.local as *mut u8)
+                            };
+                            // SAFETY: `local` lies inside this backend's region, valid until
+                            // the backend is dropped (after every job has stopped); `mapped`
+                            // inside the peer's region mapped here (bounds checked at post),
+                            // which the target holds mapped, with a size sealed so no access
+                            // faults. The two are distinct mappings; no reference is made.
+                            unsafe { copying.copy(src, dst, p.len) };
                         }
-                        _ => FailureReason::Backend(e.message().to_owned()),
-                    });
+                        // Fences the chunk's streaming stores before counting out of the
+                        // lease: a close waiting on it then finds every byte landed.
+                        drop(copying);
+                    }
+                    None => {
+                        // SAFETY: every local piece lies inside this backend's region
+                        // (checked at post), valid until the backend is dropped, after every
+                        // job has stopped.
+                        if let Err(e) = unsafe { process::copy_pieces(proc, chunk, write) } {
+                            return Err(match e.kind() {
+                                BackendErrorKind::RemoteDisconnect => {
+                                    FailureReason::RemoteDisconnect(e.message().to_owned())
+                                }
+                                _ => FailureReason::Backend(e.message().to_owned()),
+                            });
+                        }
+                    }
                 }
+                drop(entered);
             }
         }
     }

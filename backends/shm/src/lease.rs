@@ -20,9 +20,10 @@ use std::time::{Duration, Instant};
 use blockwire_core::kit::ProcessWatch;
 use blockwire_core::{BackendError, BackendErrorKind};
 
+use crate::mapping::{SEALS, is_sealed};
+
 const LEASE_MAGIC: u64 = u64::from_le_bytes(*b"BWLEASE1");
 const PAGE: usize = 4096;
-const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// The shared words, at the start of the page.
 #[repr(C)]
@@ -129,9 +130,7 @@ impl Lease {
             )
         };
         let dup = proc.duplicate_fd(fd)?;
-        // SAFETY: plain fcntl on a live fd; EINVAL for anything that is not a memfd.
-        let seals = unsafe { libc::fcntl(dup.as_raw_fd(), libc::F_GET_SEALS) };
-        if seals < 0 || seals & SEALS != SEALS {
+        if !is_sealed(&dup) {
             return Err(bad(
                 "the descriptor named as its lease is not a sealed memfd",
             ));

@@ -12,24 +12,38 @@
 //!   chunk is copied while the region is pinned as registered; a transport that closes
 //!   deregisters its region first, so later chunks fail with a remote disconnect instead of
 //!   writing freed memory (the role a remote key's invalidation plays in RDMA).
-//! - **Across processes**: `process_vm_writev` (WRITE) and `process_vm_readv` (READ) on the
-//!   peer's pid and the addresses from its descriptor. The peer process is pinned by a pidfd
-//!   and identified by its start time as well as its pid, so a pid reused by another process
-//!   is never written to; its exit is detected before every chunk (and reported by the
-//!   kernel as `ESRCH`), and fails the transfer as a remote disconnect.
+//! - **Across processes, a region in shared memory** (`Region::new_shared` in `blockwire`, or
+//!   `open_allocated("shm", ..)`): the region is a shared mapping of a sealed memfd. The
+//!   peer duplicates the memfd (`pidfd_getfd`), checks its seals and size, maps it, and
+//!   copies straight into it with the same streaming copy as in one process: memory speed,
+//!   no system call per chunk. The size is sealed, so the mapping never faults whatever the
+//!   region's process does. Option `map_peers=false` makes a backend use `process_vm_*`
+//!   even then.
+//! - **Across processes, any other region**: `process_vm_writev` (WRITE) and
+//!   `process_vm_readv` (READ) on the peer's pid and the addresses from its descriptor.
 //!
-//! Why `process_vm_*` rather than regions in shared mappings (`memfd`/`shm_open`): it works on
-//! any memory, including a KV cache the caller allocated ([`Region::from_raw_parts`] in
-//! `blockwire`), where a shared mapping would force every region to be allocated by the
-//! backend; and it leaves no files behind in `/dev/shm` when a process dies. The kernel copies
-//! directly between the two address spaces (one copy, like a shared mapping's `memcpy`). The
-//! price: the kernel allows it only between processes of the same user with ptrace access
+//! Either way the peer process is pinned by a pidfd and identified by its start time as well
+//! as its pid, so a pid reused by another process is never written to; its exit is detected
+//! before every chunk (and reported by the kernel as `ESRCH`), and fails the transfer as a
+//! remote disconnect.
+//!
+//! Why `process_vm_*` for the other regions: it works on any memory, including a KV cache the
+//! caller allocated ([`Region::from_raw_parts`] in `blockwire`), where a shared mapping needs
+//! the region to be allocated in shared memory; and it leaves nothing behind when a process
+//! dies (memfds are anonymous: no files in `/dev/shm`). The price: the kernel pins the
+//! peer's pages on every call, and the copy runs at about 0.65 of a shared mapping's. Both
+//! ways need the same permission: the kernel allows `process_vm_*` and `pidfd_getfd` only
+//! between processes of the same user with ptrace access
 //! (`/proc/sys/kernel/yama/ptrace_scope` 0; scope 1 allows only ancestors). `connect` reads an
 //! identity record the peer's backend keeps at an address named in its descriptor (magic,
-//! region token, base, length) and probes the region: it fails with a clear
-//! [`BackendErrorKind::PermissionDenied`] error when the kernel refuses, and with
+//! region token, base, length, lease and region memfds) and probes the region: it fails with
+//! a clear [`BackendErrorKind::PermissionDenied`] error when the kernel refuses, and with
 //! [`BackendErrorKind::MalformedAddress`] when the descriptor names no region that process
 //! registered, so a descriptor cannot aim writes at arbitrary memory of another process.
+//!
+//! A peer that mapped a shared region keeps its pages (not the region process's address
+//! range) until it removes that transport or exits: the region's memory returns to the
+//! system only then.
 //!
 //! ## Revocation
 //!
@@ -45,12 +59,9 @@
 //! Measured on the development machine (2 cores, one run, 256 MiB working set, best of five
 //! passes): `process_vm_writev` into another process moved 3.8, 4.3, 4.4 and 4.9 GB/s with
 //! 64 KiB, 256 KiB, 1 MiB and 4 MiB per call, where a `memcpy` into a shared mapping moved
-//! 6.1 to 6.9 GB/s over the same sizes: cross-process transfers run at about 0.65 of the
-//! shared-mapping copy (the kernel pins the peer's pages on every call). In-process transfers
-//! copy in user space at memory speed (`cargo run --release -p blockwire-bench` reports the
-//! ratio in the same run). The generality (any memory, no files)
-//! was judged worth the cross-process cost for the loopback backend; a shared-mapping mode
-//! for regions the backend allocates itself is the way to close that gap if it matters.
+//! 6.1 to 6.9 GB/s over the same sizes. `cargo run --release -p blockwire-bench --
+//! --cross-process --allocate --backends shm` measures the mapped path against the memory
+//! ceiling in the same run.
 //!
 //! [`Region::from_raw_parts`]: https://docs.rs/blockwire
 //!
@@ -68,7 +79,8 @@
 //! |---|---|---|
 //! | `copy_threads` | min(4, cores) | threads copying; one transfer is copied by one thread |
 //! | `chunk_bytes` | 262144 | bytes copied between two checks for abort and peer liveness |
-//! | `copy_kernel` | `auto` | in-process copies: `stream` (non-temporal stores, x86_64), `plain` (`memmove`); `auto` streams where it can |
+//! | `copy_kernel` | `auto` | copies in user space (one process, or a mapped peer region): `stream` (non-temporal stores, x86_64), `plain` (`memmove`); `auto` streams where it can |
+//! | `map_peers` | `true` | map a peer process's region when it lives in shared memory; `false`: always `process_vm_*` |
 //!
 //! ## The copy kernel
 //!
@@ -81,8 +93,9 @@
 //! with plain ones, and each chunk ends with an `sfence` before the peer region's pin is
 //! released and before completion is published: a close sees every byte of a chunk in flight
 //! landed, and a poller that sees a transfer done sees all of its bytes. Overlapping ranges (a
-//! transport that is its own peer) and small pieces use `memmove`. Cross-process copies are
-//! the kernel's (`process_vm_writev`) and unaffected.
+//! transport that is its own peer) and small pieces use `memmove`. Copies into a mapped peer
+//! region use the same kernel (the fence comes before the chunk counts out of the lease);
+//! `process_vm_*` copies are the kernel's and unaffected.
 //!
 //! ```
 //! use blockwire_core::{Backend, OpenBackend, BackendOptions, Op, RegionSpan, XferState};
@@ -111,6 +124,7 @@ mod address;
 mod copier;
 mod lease;
 mod live;
+mod mapping;
 mod memcopy;
 mod notify;
 mod process;
@@ -132,6 +146,7 @@ use blockwire_core::kit::ProcessWatch;
 use copier::{CopyPool, CopyTransfer, Job, Target, Work};
 use lease::Lease;
 use live::LiveRegion;
+use mapping::{NO_FD, PeerMapping, SharedRegion};
 use memcopy::CopyKernel;
 use process::{MAX_PIECES, Piece};
 
@@ -179,6 +194,11 @@ pub struct ShmBackend {
     identity: Box<LiveIdentity>,
     /// Peer processes' copies count themselves in here (see the crate docs).
     lease: Lease,
+    /// The memfd of a region in shared memory, which peer processes map (kept open for them
+    /// to duplicate while the backend lives).
+    _shared: Option<SharedRegion>,
+    /// Whether this backend maps peers' regions in shared memory (option `map_peers`).
+    map_peers: bool,
     /// Receives notifications from other processes; stopped by `revoke`.
     listener: notify::Listener,
     /// Dropped after `Drop::drop` deregistered the region; joins the copy threads.
@@ -198,6 +218,10 @@ struct Identity {
     len: u64,
     /// The lease's file descriptor in the region's process.
     lease_fd: u64,
+    /// The memfd the region lives in, in the region's process, or [`NO_FD`].
+    region_fd: u64,
+    /// The region's offset in that memfd.
+    region_offset: u64,
 }
 
 /// [`Identity`] as its backend keeps it: the same layout, with a magic that `revoke` wipes
@@ -209,11 +233,13 @@ struct LiveIdentity {
     base: u64,
     len: u64,
     lease_fd: u64,
+    region_fd: u64,
+    region_offset: u64,
 }
 
 const _: () = assert!(std::mem::size_of::<LiveIdentity>() == std::mem::size_of::<Identity>());
 
-const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"BWSHMID2");
+const IDENTITY_MAGIC: u64 = u64::from_le_bytes(*b"BWSHMID3");
 
 /// A connected peer.
 ///
@@ -296,6 +322,10 @@ impl OpenBackend for ShmBackend {
             .unwrap_or(DEFAULT_CHUNK_BYTES);
         let kernel = options.take::<String>("copy_kernel").map_err(open_err)?;
         let kernel = CopyKernel::from_option(kernel.as_deref()).map_err(open_err)?;
+        let map_peers = options
+            .take::<bool>("map_peers")
+            .map_err(open_err)?
+            .unwrap_or(true);
         let inbox = options.inbox();
         options.finish(KIND).map_err(open_err)?;
         if threads == 0 || chunk_bytes == 0 {
@@ -308,6 +338,8 @@ impl OpenBackend for ShmBackend {
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
         let pool = CopyPool::new(threads, kernel).map_err(open_err)?;
         let lease = Lease::create().map_err(open_err)?;
+        let shared = SharedRegion::of(&span).map_err(open_err)?;
+        let (region_fd, region_offset) = shared.as_ref().map_or((NO_FD, 0), SharedRegion::named);
         let live = LiveRegion::register(span, inbox.clone());
         let identity = Box::new(LiveIdentity {
             magic: AtomicU64::new(IDENTITY_MAGIC),
@@ -315,6 +347,8 @@ impl OpenBackend for ShmBackend {
             base: span.base_addr(),
             len: span.len() as u64,
             lease_fd: lease.fd() as u64,
+            region_fd,
+            region_offset,
         });
         let address = ShmAddress {
             pid,
@@ -329,6 +363,8 @@ impl OpenBackend for ShmBackend {
             threads,
             chunk_bytes,
             copy_kernel = kernel.name(),
+            shared_memory = shared.is_some(),
+            map_peers,
             "shm backend opened"
         );
         Ok(ShmBackend {
@@ -339,6 +375,8 @@ impl OpenBackend for ShmBackend {
             counts: LiveCounts::default(),
             identity,
             lease,
+            _shared: shared,
+            map_peers,
             listener,
             pool,
         })
@@ -395,6 +433,8 @@ impl ShmBackend {
             base: desc.base_addr,
             len: region_len as u64,
             lease_fd: found.lease_fd,
+            region_fd: found.region_fd,
+            region_offset: found.region_offset,
         };
         if found != expected {
             return Err(context(BackendError::new(
@@ -427,10 +467,25 @@ impl ShmBackend {
         })?;
         let lease = Lease::attach(&proc, lease_fd).map_err(context)?;
         let outlet = notify::Outlet::new(&addr).map_err(context)?;
+        let mapping = if self.map_peers && found.region_fd != NO_FD {
+            Some(
+                PeerMapping::attach(
+                    &proc,
+                    found.region_fd,
+                    found.region_offset,
+                    region_len,
+                    base,
+                )
+                .map_err(context)?,
+            )
+        } else {
+            None
+        };
         Ok(Target::Remote {
             proc,
             lease,
             outlet,
+            mapping,
         })
     }
 

@@ -35,11 +35,17 @@ type Fallible<T> = Result<T, String>;
 /// options (`k=v,...`).
 pub type Opener = fn(&str, u32, usize, &str) -> Fallible<Box<dyn Transport>>;
 
-/// The [`Opener`] of every backend compiled into `blockwire` ([`blockwire::open`]).
+/// The [`Opener`] of every backend compiled into `blockwire` ([`blockwire::open`]). One key of
+/// the option list is its own, not the backend's: `region=shared` allocates the region in
+/// shared memory ([`Region::new_shared`]), `region=private` (the default) with
+/// [`Region::new`]. Both processes of a cross-process check get the same list.
 ///
 /// ```
 /// let t = blockwire_conformance::peer::open_any("shm", 2, 64, "").unwrap();
 /// assert_eq!(t.num_blocks(), 2);
+/// let t = blockwire_conformance::peer::open_any("shm", 2, 64, "region=shared").unwrap();
+/// assert!(t.region().span().shared_memory().is_some());
+/// assert!(blockwire_conformance::peer::open_any("shm", 2, 64, "region=elsewhere").is_err());
 /// ```
 pub fn open_any(
     backend: &str,
@@ -47,8 +53,17 @@ pub fn open_any(
     len: usize,
     opts: &str,
 ) -> Fallible<Box<dyn Transport>> {
-    let region = Region::new(blocks, len).map_err(|e| e.report())?;
-    let backend_opts = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
+    let mut backend_opts = BackendOptions::parse_list(opts).map_err(|e| e.to_string())?;
+    let region = match backend_opts
+        .take::<String>("region")
+        .map_err(|e| e.to_string())?
+        .as_deref()
+    {
+        None | Some("private") => Region::new(blocks, len),
+        Some("shared") => Region::new_shared(blocks, len),
+        Some(other) => return Err(format!("region={other}: expected private or shared")),
+    }
+    .map_err(|e| e.report())?;
     let t = blockwire::open(
         backend,
         region,

@@ -100,7 +100,9 @@ pub fn open(backend: &str, region: Region, options: TransportOptions) -> Result<
 
 /// Opens a transport whose region the backend allocates itself, where that helps the data path:
 /// UCX allocates with `ucp_mem_map(ALLOCATE)`, which on shared memory lets peers write with
-/// true one-sided puts instead of active messages; other backends get a [`Region::new`].
+/// true one-sided puts instead of active messages; shm allocates a [`Region::new_shared`],
+/// which its peers in other processes map and copy straight into; other backends get a
+/// [`Region::new`].
 ///
 /// ```
 /// use blockwire::{open_allocated, Transport, TransportOptions};
@@ -132,6 +134,10 @@ pub fn open_allocated(
             Ok(ucx)
         })
         .map(AnyTransport::Ucx);
+    }
+    #[cfg(feature = "shm")]
+    if backend == <blockwire_shm::ShmBackend as OpenBackend>::KIND {
+        return open(backend, Region::new_shared(num_blocks, block_len)?, options);
     }
     open(backend, Region::new(num_blocks, block_len)?, options)
 }

@@ -51,5 +51,5 @@ pub use open::OpenBackend;
 pub use options::{BackendOptions, DEFAULT_STALL_TIMEOUT};
 pub use record::{TransferKind, TransferRecord};
 pub use registered::RegisteredRegion;
-pub use span::{BlockPair, RegionSpan};
+pub use span::{BlockPair, RegionSpan, SharedMemory};
 pub use xfer::{CancelMode, FailureReason, Op, PeerFault, PollResult, XferState};

@@ -38,6 +38,31 @@ pub struct RegionSpan {
     base: NonNull<u8>,
     num_blocks: u32,
     block_len: usize,
+    shared: Option<SharedMemory>,
+}
+
+/// Where a span's bytes live when another process may map them: a sealed memfd (size and seals
+/// fixed, so a mapping of it can never fault) and the offset of the span's first byte in it.
+/// The memory at the span's base is a shared mapping of exactly those bytes.
+///
+/// A backend that copies between processes of one host (shm) hands this to a connecting peer,
+/// which maps the region and copies straight into it instead of asking the kernel to copy for
+/// it; backends that do not need it ignore it. Regions from [`RegionSpan::new`] have none.
+///
+/// ```
+/// use blockwire_core::{RegionSpan, SharedMemory};
+/// # use std::ptr::NonNull;
+/// let s = RegionSpan::new(NonNull::dangling(), 1, 1).unwrap();
+/// assert_eq!(s.shared_memory(), None);
+/// let shared = SharedMemory { fd: 7, offset: 0 };
+/// assert_eq!(shared.offset, 0);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedMemory {
+    /// The memfd, open in this process for as long as the span is in use.
+    pub fd: std::os::fd::RawFd,
+    /// Offset of the span's first byte in it (a multiple of the page size).
+    pub offset: u64,
 }
 
 // SAFETY: a span is an address and two sizes; it never dereferences the pointer itself. Every
@@ -67,7 +92,41 @@ impl RegionSpan {
             base,
             num_blocks,
             block_len,
+            shared: None,
         })
+    }
+
+    /// This span, noting that its bytes are `shared`'s (see [`SharedMemory`]).
+    ///
+    /// # Safety
+    ///
+    /// `shared.fd` must be a memfd sealed against shrinking, open for as long as any backend
+    /// holds this span, whose bytes from `shared.offset` on are the span's memory: the span's
+    /// base is a shared mapping of them, so a process that maps the fd there sees and changes
+    /// exactly the span's bytes.
+    ///
+    /// ```
+    /// use blockwire_core::{RegionSpan, SharedMemory};
+    /// # use std::ptr::NonNull;
+    /// let s = RegionSpan::new(NonNull::dangling(), 1, 1).unwrap();
+    /// // SAFETY: only compared here; no backend is opened over this span.
+    /// let shared = unsafe { s.with_shared_memory(SharedMemory { fd: 3, offset: 0 }) };
+    /// assert_eq!(shared.shared_memory(), Some(SharedMemory { fd: 3, offset: 0 }));
+    /// ```
+    pub unsafe fn with_shared_memory(mut self, shared: SharedMemory) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
+    /// The shared memory the span's bytes live in, if the region was allocated there.
+    ///
+    /// ```
+    /// # use blockwire_core::RegionSpan;
+    /// # use std::ptr::NonNull;
+    /// assert!(RegionSpan::new(NonNull::dangling(), 1, 1).unwrap().shared_memory().is_none());
+    /// ```
+    pub fn shared_memory(&self) -> Option<SharedMemory> {
+        self.shared
     }
 
     /// Address of block 0.
