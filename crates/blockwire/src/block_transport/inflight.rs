@@ -121,6 +121,14 @@ impl<B: Backend> Tracked<B> {
                     return false;
                 }
             }
+            // Dropped unposted because its peer was retired (the posting thread saw the
+            // remove before `abort_peer` reached this transfer): it ran when its peer was
+            // removed, and reports that (found by the model-based test).
+            (_, XferState::Failed(FailureReason::PeerRemoved)) => {
+                self.removed = true;
+                self.outcome = Some(state);
+                return true;
+            }
             (Stage::Notify, XferState::Failed(reason)) => {
                 if !counted && !self.removed && !self.conn.is_retired() {
                     self.conn.observed(&state);
