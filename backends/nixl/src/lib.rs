@@ -16,7 +16,8 @@
 //!   `kit::DEFAULT_MAX_RUN_BYTES`, in lists made for the transfer (`create_xfer_req`).
 //! - **Names**: NIXL tells agents apart by name only. A peer whose agent has this transport's
 //!   name, or the name of another connected peer with other metadata, is refused at connect
-//!   ([`BackendErrorKind::Unsupported`], saying so; NIXL itself would refuse both). So
+//!   ([`BackendErrorKind::NameInUse`], saying so; NIXL itself would refuse both, as
+//!   `NIXL_ERR_INVALID_PARAM` and `NIXL_ERR_NOT_ALLOWED`, which nixl-sys cannot tell apart). So
 //!   connected transports need distinct names (generated ones are), a transport cannot be its
 //!   own peer, and a peer that restarted under the same name is added again only after the
 //!   registration of its former self is removed (`remove_remote_peer`, then

@@ -43,8 +43,13 @@ fn namesake(agent: &str, own: Option<bool>) -> BackendError {
              the same name is added again once its former registration is removed)"
         }
     };
+    tracing::warn!(
+        agent,
+        why,
+        "nixl peer refused: its agent name is in use here"
+    );
     BackendError::new(
-        BackendErrorKind::Unsupported,
+        BackendErrorKind::NameInUse,
         format!(
             "the peer's NIXL agent is named {agent:?} and {why}; NIXL tells agents apart by \
              name only, so connected transports need distinct names"

@@ -90,10 +90,10 @@ fn sender_is_the_transport_name() -> Result<(), Failed> {
 fn namesakes_are_refused() -> Result<(), Failed> {
     let me = open("twin");
     let other_twin = open("twin");
-    let expect_unsupported = |r: blockwire::Result<()>, says: &str| -> Result<(), Failed> {
+    let expect_name_in_use = |r: blockwire::Result<()>, says: &str| -> Result<(), Failed> {
         match r {
             Err(Error::Connect { source, .. }) => {
-                assert_eq!(source.kind(), BackendErrorKind::Unsupported, "{source}");
+                assert_eq!(source.kind(), BackendErrorKind::NameInUse, "{source}");
                 assert!(source.message().contains(says), "{source}");
                 Ok(())
             }
@@ -101,18 +101,18 @@ fn namesakes_are_refused() -> Result<(), Failed> {
         }
     };
     let desc = other_twin.descriptor()?;
-    expect_unsupported(
+    expect_name_in_use(
         me.add_remote_peer(&"t".into(), &desc),
         "this transport's name",
     )?;
     let own = me.descriptor()?;
-    expect_unsupported(me.add_remote_peer(&"me".into(), &own), "itself")?;
+    expect_name_in_use(me.add_remote_peer(&"me".into(), &own), "itself")?;
     let c1 = open("c");
     let c2 = open("c");
     let p1 = connect(&me, "c1", &c1);
     let p2 = PeerId::from("c2");
     let desc2 = c2.descriptor()?;
-    expect_unsupported(me.add_remote_peer(&p2, &desc2), "another connected peer")?;
+    expect_name_in_use(me.add_remote_peer(&p2, &desc2), "another connected peer")?;
     // The same agent under a second id is fine.
     let again = connect(&me, "c1-again", &c1);
     me.remove_remote_peer(&again)?;
