@@ -86,6 +86,19 @@
 //! longer than 128 bytes, control characters, not UTF-8), or longer than 4096 bytes, is
 //! dropped and logged (`warn`, the first and every thousandth).
 //!
+//! ## NIXL's own handshake (plain NIXL agents, vLLM's `NixlTransport`)
+//!
+//! A descriptor's address is `NXL2`, the agent's name, the region and the agent's metadata
+//! exactly as NIXL's `getLocalMD` gives it. [`agent_metadata`] takes that metadata out of a
+//! descriptor (what a plain NIXL agent's `add_remote_agent` accepts), and
+//! [`descriptor_from_nixl`] makes a descriptor from a plain agent's metadata and the geometry
+//! of its one DRAM registration (vLLM's `(agent_metadata, base_addr, num_blocks, block_len)`),
+//! reading the agent's name from the metadata ([`agent_name_of`]). Notifications need no
+//! mapping: `genNotif` carries the message alone, so a plain agent's `get_new_notifs()` sees
+//! the bytes the caller gave, under this transport's name, and a plain agent's
+//! `make_prepped_xfer(..., notif_msg=...)` reaches this transport's `notifications` under the
+//! plain agent's name. The names must be distinct across the fleet (see **Names**).
+//!
 //! ## Several agents in one process
 //!
 //! One transport per process is how NIXL is deployed, and what blockwire recommends. Several
@@ -110,6 +123,7 @@
 mod address;
 mod agent;
 mod dram;
+mod metadata;
 mod notify;
 mod peer;
 mod runtime;
@@ -127,6 +141,7 @@ use parking_lot::Mutex;
 
 use agent::{Inner, agent_name, nixl_error};
 pub use dram::Dram;
+pub use metadata::{MetadataError, agent_metadata, agent_name_of, descriptor_from_nixl};
 pub use peer::NixlPeer;
 pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
 
