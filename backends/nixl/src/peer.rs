@@ -92,7 +92,15 @@ impl Inner {
                 if fresh {
                     let _ = self.agent.invalidate_remote_md(addr.agent);
                 }
-                return Err(nixl_error("preparing the peer's descriptor list", e));
+                return Err(nixl_error(
+                    &format!(
+                        "preparing the peer's descriptor list ({} blocks of {block_len} bytes \
+                         at {:#x}: NIXL finds them in no memory the agent {:?} registered \
+                         unless that geometry is what it registered)",
+                        desc.num_blocks, desc.base_addr, addr.agent
+                    ),
+                    e,
+                ));
             }
         };
         self.remotes
