@@ -410,21 +410,6 @@ fn host_label() -> String {
     }
 }
 
-#[cfg(test)]
-mod name_tests {
-    #[test]
-    fn generated_names_are_distinct_and_well_formed() {
-        let a = super::generated_name();
-        let b = super::generated_name();
-        assert_ne!(a, b);
-        assert!(a.starts_with("bw-"), "{a}");
-        assert!(blockwire_core::name_problem(&a).is_none(), "{a}");
-        let random = a.rsplit('-').next().unwrap_or_default();
-        assert_eq!(random.len(), 16, "{a}");
-        assert!(a.len() <= 32 + 3 + 1 + 10 + 1 + 20 + 1 + 16, "{a}");
-    }
-}
-
 impl<B: Backend> BlockTransport<B> {
     /// Hands transfers that outlived close to a thread that releases each once it stops. It
     /// holds the shared state, so the backend and the region are freed only after the last
@@ -895,5 +880,20 @@ impl<B: Backend> std::fmt::Debug for BlockTransport<B> {
             .field("block_len", &self.shared.region.block_len())
             .field("closed", &self.is_closed())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    #[test]
+    fn generated_names_are_distinct_and_well_formed() {
+        let a = super::generated_name();
+        let b = super::generated_name();
+        assert_ne!(a, b);
+        assert!(a.starts_with("bw-"), "{a}");
+        assert!(blockwire_core::name_problem(&a).is_none(), "{a}");
+        let random = a.rsplit('-').next().unwrap_or_default();
+        assert_eq!(random.len(), 16, "{a}");
+        assert!(a.len() <= 32 + 3 + 1 + 10 + 1 + 20 + 1 + 16, "{a}");
     }
 }
