@@ -47,7 +47,8 @@ class P2PTransport:
 
     Args:
         agent_name: This transport's name (1 to 128 bytes); peers see it as the sender of
-            notifications.
+            notifications. On nixl it is the NIXL agent's name, which must be unique among
+            the agents that load this one's metadata.
         view: The local block memory, ``num_blocks x block_len`` bytes, 2-D, writable and
             C-contiguous (a numpy array, a ``memoryview``). It stays referenced while a peer
             may reach it.
