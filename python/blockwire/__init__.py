@@ -31,7 +31,9 @@ from ._native import (
     __version__,
     backends,
     describe,
+    descriptor_from_nixl,
     fingerprint,
+    nixl_agent_metadata,
 )
 from ._native import _logging as _logging_cache
 from ._types import Notification, PollResult
@@ -61,8 +63,10 @@ __all__ = [
     "__version__",
     "backends",
     "describe",
+    "descriptor_from_nixl",
     "errors",
     "fingerprint",
+    "nixl_agent_metadata",
     "reset_logging_cache",
     *errors.__all__,
 ]

@@ -14,6 +14,8 @@ __all__ = [
     "backends",
     "fingerprint",
     "describe",
+    "descriptor_from_nixl",
+    "nixl_agent_metadata",
     "MAX_NOTIFICATION_LEN",
     "MAX_NAME_LEN",
     "__version__",
@@ -26,6 +28,14 @@ MAX_NAME_LEN: int
 def backends() -> list[str]: ...
 def fingerprint(config_fields: Mapping[str, Any] | None = None) -> str: ...
 def describe(descriptor: bytes) -> dict[str, Any]: ...
+def descriptor_from_nixl(
+    agent_metadata: bytes,
+    base_addr: int,
+    num_blocks: int,
+    block_len: int,
+    fingerprint: str = "",
+) -> bytes: ...
+def nixl_agent_metadata(descriptor: bytes) -> bytes: ...
 
 @final
 class LoggingCache:

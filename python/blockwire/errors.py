@@ -24,6 +24,7 @@ __all__ = [
     "FingerprintMismatchError",
     "GeometryMismatchError",
     "ConnectError",
+    "NameInUseError",
     "PeerFaultedError",
     "SubmitError",
     "NotifyError",
@@ -113,6 +114,13 @@ class GeometryMismatchError(PeerMismatchError):
 
 class ConnectError(Error):
     """The backend could not connect to the peer."""
+
+
+class NameInUseError(ConnectError):
+    """The peer's name is taken here: it is this transport's own name, or another connected
+    peer's (with other connection data). NIXL keys remote agents by name, so the nixl backend
+    cannot hold both; a peer restarted under its old name is added again once its former
+    registration is removed. ``kind`` is ``"name_in_use"``."""
 
 
 class PeerFaultedError(Error):

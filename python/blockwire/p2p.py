@@ -10,6 +10,15 @@ are the Rust transport's, the same on every backend.
 
 Unlike NIXL's, the transport is safe to share between Python threads, and every call that
 can wait runs without the GIL.
+
+On the nixl backend it speaks NIXL's own handshake, so it joins a fleet of vLLM
+``NixlTransport`` nodes: ``get_agent_metadata()`` returns the NIXL agent's metadata exactly as
+a ``NixlTransport`` (or any plain NIXL agent's ``add_remote_agent``) accepts it, and
+``add_remote_peer`` takes a ``NixlTransport`` peer's ``(agent_metadata, base_addr,
+num_blocks, block_len)`` as they are (as well as a blockwire descriptor). The agent's name is
+``agent_name``: it must be unique in the fleet (NIXL keys agents by name; a peer whose name is
+taken raises :class:`~blockwire.NameInUseError`). As with ``NixlTransport``, config
+fingerprints are the control plane's to compare: raw NIXL metadata carries none.
 """
 
 from __future__ import annotations
@@ -19,9 +28,12 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from typing import Any, Literal
 
-from ._native import Transport
+from ._native import Transport, descriptor_from_nixl, nixl_agent_metadata
 from ._types import PollResult
 from .errors import ClosedError, Error, UnknownPeerError
+
+#: How a blockwire descriptor starts; NIXL's metadata starts with ``nixlSerDes|``.
+_DESCRIPTOR_MAGIC = b"BWPD"
 
 logger = logging.getLogger(__name__)
 
@@ -35,7 +47,8 @@ class P2PTransport:
 
     Args:
         agent_name: This transport's name (1 to 128 bytes); peers see it as the sender of
-            notifications.
+            notifications. On nixl it is the NIXL agent's name, which must be unique among
+            the agents that load this one's metadata.
         view: The local block memory, ``num_blocks x block_len`` bytes, 2-D, writable and
             C-contiguous (a numpy array, a ``memoryview``). It stays referenced while a peer
             may reach it.
@@ -132,8 +145,29 @@ class P2PTransport:
         return self._transport.inflight_count
 
     def get_agent_metadata(self) -> bytes:
-        """The bytes a peer passes to its ``add_remote_peer``."""
-        return self._transport.descriptor()
+        """The bytes a peer passes to its ``add_remote_peer``: on nixl, the NIXL agent's own
+        metadata (what a vLLM ``NixlTransport`` peer accepts); elsewhere the descriptor."""
+        descriptor = self._transport.descriptor()
+        if self._transport.backend == "nixl":
+            return nixl_agent_metadata(descriptor)
+        return descriptor
+
+    def _peer_descriptor(
+        self, agent_metadata: bytes, base_addr: int, num_blocks: int, block_len: int
+    ) -> bytes:
+        """A blockwire descriptor as is; on nixl, raw NIXL metadata made into one."""
+        raw = self._transport.backend == "nixl" and not bytes(agent_metadata[:4]).startswith(
+            _DESCRIPTOR_MAGIC
+        )
+        if not raw:
+            return agent_metadata
+        descriptor = descriptor_from_nixl(bytes(agent_metadata), base_addr, num_blocks, block_len)
+        logger.debug(
+            "P2PTransport %s: peer metadata is raw NIXL metadata (%d bytes)",
+            self._agent_name,
+            len(agent_metadata),
+        )
+        return descriptor
 
     # -- peers ---------------------------------------------------------------------------
 
@@ -147,17 +181,24 @@ class P2PTransport:
     ) -> None:
         """Registers a peer, blocking until it is usable.
 
+        ``agent_metadata`` is a peer's ``get_agent_metadata()``; on nixl also a plain NIXL
+        agent's (a vLLM ``NixlTransport``'s), whose region is then ``num_blocks`` blocks of
+        ``block_len`` bytes at ``base_addr``.
+
         Raises:
             GeometryMismatchError: ``base_addr``, ``num_blocks`` or ``block_len`` disagree
-                with ``agent_metadata``.
+                with ``agent_metadata`` (raw NIXL metadata: NIXL refuses a region outside
+                what the agent registered, as a ``ConnectError``).
             BlockLenMismatchError: the peer's blocks are not ``block_len`` long here.
             FingerprintMismatchError: the configs differ.
             DescriptorError: ``agent_metadata`` is malformed.
+            NameInUseError: the peer's agent name is this transport's or another connected
+                peer's (nixl).
             ConnectError: the backend could not reach the peer.
         """
         self._transport.add_remote_peer(
             peer_id,
-            agent_metadata,
+            self._peer_descriptor(agent_metadata, base_addr, num_blocks, block_len),
             base_addr=base_addr,
             num_blocks=num_blocks,
             block_len=block_len,
@@ -174,11 +215,18 @@ class P2PTransport:
         """Starts registering a peer; the future resolves once it is usable.
 
         A registration overtaken by ``remove_remote_peer`` or a later add of the same peer
-        fails with :class:`~blockwire.SupersededError` and publishes nothing.
+        fails with :class:`~blockwire.SupersededError` and publishes nothing. Arguments as
+        for :meth:`add_remote_peer`; bad ones fail the future.
         """
+        try:
+            descriptor = self._peer_descriptor(agent_metadata, base_addr, num_blocks, block_len)
+        except Error as exc:
+            failed: Future[None] = Future()
+            failed.set_exception(exc)
+            return failed
         return self._transport.add_remote_peer_async(
             peer_id,
-            agent_metadata,
+            descriptor,
             base_addr=base_addr,
             num_blocks=num_blocks,
             block_len=block_len,

@@ -4,7 +4,7 @@
 //! name of what went wrong, one per Rust error variant) and the whole chain of causes in its
 //! message (`Error::report`).
 
-use blockwire::Error;
+use blockwire::{BackendErrorKind, Error};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 
@@ -26,6 +26,9 @@ fn class_and_kind(e: &Error) -> (&'static str, &'static str) {
         Error::BackendMismatch { .. } => ("BackendMismatchError", "backend_mismatch"),
         Error::BlockLenMismatch { .. } => ("BlockLenMismatchError", "block_len_mismatch"),
         Error::FingerprintMismatch { .. } => ("FingerprintMismatchError", "fingerprint_mismatch"),
+        Error::Connect { source, .. } if source.kind() == BackendErrorKind::NameInUse => {
+            ("NameInUseError", "name_in_use")
+        }
         Error::Connect { .. } => ("ConnectError", "connect"),
         Error::PeerFaulted { .. } => ("PeerFaultedError", "peer_faulted"),
         Error::Submit { .. } => ("SubmitError", "submit"),

@@ -30,6 +30,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(backends, m)?)?;
     m.add_function(wrap_pyfunction!(fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(describe, m)?)?;
+    m.add_function(wrap_pyfunction!(descriptor_from_nixl, m)?)?;
+    m.add_function(wrap_pyfunction!(nixl_agent_metadata, m)?)?;
     m.add("MAX_NOTIFICATION_LEN", blockwire::MAX_NOTIFICATION_LEN)?;
     m.add("MAX_NAME_LEN", blockwire::MAX_NAME_LEN)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
@@ -67,6 +69,93 @@ fn describe<'py>(py: Python<'py>, descriptor: &[u8]) -> PyResult<Bound<'py, PyDi
     out.set_item("block_len", d.block_len)?;
     out.set_item("fingerprint", d.fingerprint)?;
     Ok(out)
+}
+
+/// A peer's descriptor (bytes for `Transport.add_remote_peer`) from NIXL's own handshake:
+/// a plain NIXL agent's `get_agent_metadata()` bytes and the geometry of its one DRAM
+/// registration, as vLLM's `NixlTransport` hands them over, plus a config fingerprint (`""`:
+/// compatible with every peer). The agent's name is read from the metadata. Raises
+/// `DescriptorError` for bytes that are not NIXL metadata or a geometry that cannot be, and
+/// `UnsupportedError` in a build without the nixl backend.
+#[pyfunction]
+#[pyo3(signature = (agent_metadata, base_addr, num_blocks, block_len, fingerprint = ""))]
+fn descriptor_from_nixl<'py>(
+    py: Python<'py>,
+    agent_metadata: &[u8],
+    base_addr: u64,
+    num_blocks: u32,
+    block_len: u64,
+    fingerprint: &str,
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    #[cfg(feature = "nixl")]
+    {
+        let d = blockwire::nixl::descriptor_from_nixl(
+            agent_metadata,
+            base_addr,
+            num_blocks,
+            block_len,
+            fingerprint,
+        )
+        .map_err(|e| nixl_metadata_error(py, &e))?;
+        Ok(pyo3::types::PyBytes::new(py, &d.to_bytes()))
+    }
+    #[cfg(not(feature = "nixl"))]
+    {
+        let _ = (
+            agent_metadata,
+            base_addr,
+            num_blocks,
+            block_len,
+            fingerprint,
+        );
+        Err(no_nixl(py, "descriptor_from_nixl"))
+    }
+}
+
+/// The raw NIXL agent metadata inside a nixl transport's descriptor (`Transport.descriptor()`
+/// bytes): what a plain NIXL agent's `add_remote_agent` (vLLM's `NixlTransport`
+/// `add_remote_peer`, as `agent_metadata`) accepts. Raises `DescriptorError` for malformed
+/// bytes or another backend's descriptor, `UnsupportedError` in a build without nixl.
+#[pyfunction]
+fn nixl_agent_metadata<'py>(
+    py: Python<'py>,
+    descriptor: &[u8],
+) -> PyResult<Bound<'py, pyo3::types::PyBytes>> {
+    #[cfg(feature = "nixl")]
+    {
+        let d = blockwire::PeerDescriptor::from_bytes(descriptor)
+            .map_err(|e| errors::to_py(blockwire::Error::from(e)))?;
+        let md = blockwire::nixl::agent_metadata(&d).map_err(|e| nixl_metadata_error(py, &e))?;
+        Ok(pyo3::types::PyBytes::new(py, md))
+    }
+    #[cfg(not(feature = "nixl"))]
+    {
+        let _ = descriptor;
+        Err(no_nixl(py, "nixl_agent_metadata"))
+    }
+}
+
+#[cfg(feature = "nixl")]
+fn nixl_metadata_error(py: Python<'_>, e: &blockwire::nixl::MetadataError) -> PyErr {
+    // The whole chain, as `Error::report` gives it for the library's own errors.
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        message.push_str(": ");
+        message.push_str(&s.to_string());
+        source = s.source();
+    }
+    errors::raise(py, "DescriptorError", "descriptor", message)
+}
+
+#[cfg(not(feature = "nixl"))]
+fn no_nixl(py: Python<'_>, what: &str) -> PyErr {
+    errors::raise(
+        py,
+        "UnsupportedError",
+        "unsupported",
+        format!("{what}: this build of blockwire has no nixl backend (feature `nixl`)"),
+    )
 }
 
 /// Python's logging levels are cached on the Rust side (a disabled level costs nothing);

@@ -293,3 +293,12 @@ def test_describe(setting):
     d = blockwire.describe(b.descriptor())
     assert d["backend"] == setting.backend and d["name"] == "b"
     assert (d["base_addr"], d["num_blocks"], d["block_len"]) == (b.base_addr, 16, 4096)
+
+
+def test_nixl_handshake_helpers_need_the_nixl_backend():
+    if "nixl" in blockwire.backends():
+        pytest.skip("this build has nixl: test_nixl_interop.py covers the NIXL handshake")
+    with pytest.raises(blockwire.UnsupportedError):
+        blockwire.descriptor_from_nixl(b"nixlSerDes|", 0x1000, 1, 4096)
+    with pytest.raises(blockwire.UnsupportedError):
+        blockwire.nixl_agent_metadata(b"BWPD")

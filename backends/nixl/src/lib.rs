@@ -16,7 +16,8 @@
 //!   `kit::DEFAULT_MAX_RUN_BYTES`, in lists made for the transfer (`create_xfer_req`).
 //! - **Names**: NIXL tells agents apart by name only. A peer whose agent has this transport's
 //!   name, or the name of another connected peer with other metadata, is refused at connect
-//!   ([`BackendErrorKind::Unsupported`], saying so; NIXL itself would refuse both). So
+//!   ([`BackendErrorKind::NameInUse`], saying so; NIXL itself would refuse both, as
+//!   `NIXL_ERR_INVALID_PARAM` and `NIXL_ERR_NOT_ALLOWED`, which nixl-sys cannot tell apart). So
 //!   connected transports need distinct names (generated ones are), a transport cannot be its
 //!   own peer, and a peer that restarted under the same name is added again only after the
 //!   registration of its former self is removed (`remove_remote_peer`, then
@@ -85,6 +86,19 @@
 //! longer than 128 bytes, control characters, not UTF-8), or longer than 4096 bytes, is
 //! dropped and logged (`warn`, the first and every thousandth).
 //!
+//! ## NIXL's own handshake (plain NIXL agents, vLLM's `NixlTransport`)
+//!
+//! A descriptor's address is `NXL2`, the agent's name, the region and the agent's metadata
+//! exactly as NIXL's `getLocalMD` gives it. [`agent_metadata`] takes that metadata out of a
+//! descriptor (what a plain NIXL agent's `add_remote_agent` accepts), and
+//! [`descriptor_from_nixl`] makes a descriptor from a plain agent's metadata and the geometry
+//! of its one DRAM registration (vLLM's `(agent_metadata, base_addr, num_blocks, block_len)`),
+//! reading the agent's name from the metadata ([`agent_name_of`]). Notifications need no
+//! mapping: `genNotif` carries the message alone, so a plain agent's `get_new_notifs()` sees
+//! the bytes the caller gave, under this transport's name, and a plain agent's
+//! `make_prepped_xfer(..., notif_msg=...)` reaches this transport's `notifications` under the
+//! plain agent's name. The names must be distinct across the fleet (see **Names**).
+//!
 //! ## Several agents in one process
 //!
 //! One transport per process is how NIXL is deployed, and what blockwire recommends. Several
@@ -109,6 +123,7 @@
 mod address;
 mod agent;
 mod dram;
+mod metadata;
 mod notify;
 mod peer;
 mod runtime;
@@ -126,6 +141,7 @@ use parking_lot::Mutex;
 
 use agent::{Inner, agent_name, nixl_error};
 pub use dram::Dram;
+pub use metadata::{MetadataError, agent_metadata, agent_name_of, descriptor_from_nixl};
 pub use peer::NixlPeer;
 pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
 

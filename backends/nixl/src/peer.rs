@@ -43,8 +43,13 @@ fn namesake(agent: &str, own: Option<bool>) -> BackendError {
              the same name is added again once its former registration is removed)"
         }
     };
+    tracing::warn!(
+        agent,
+        why,
+        "nixl peer refused: its agent name is in use here"
+    );
     BackendError::new(
-        BackendErrorKind::Unsupported,
+        BackendErrorKind::NameInUse,
         format!(
             "the peer's NIXL agent is named {agent:?} and {why}; NIXL tells agents apart by \
              name only, so connected transports need distinct names"
@@ -87,7 +92,15 @@ impl Inner {
                 if fresh {
                     let _ = self.agent.invalidate_remote_md(addr.agent);
                 }
-                return Err(nixl_error("preparing the peer's descriptor list", e));
+                return Err(nixl_error(
+                    &format!(
+                        "preparing the peer's descriptor list ({} blocks of {block_len} bytes \
+                         at {:#x}: NIXL finds them in no memory the agent {:?} registered \
+                         unless that geometry is what it registered)",
+                        desc.num_blocks, desc.base_addr, addr.agent
+                    ),
+                    e,
+                ));
             }
         };
         self.remotes

@@ -90,10 +90,10 @@ fn sender_is_the_transport_name() -> Result<(), Failed> {
 fn namesakes_are_refused() -> Result<(), Failed> {
     let me = open("twin");
     let other_twin = open("twin");
-    let expect_unsupported = |r: blockwire::Result<()>, says: &str| -> Result<(), Failed> {
+    let expect_name_in_use = |r: blockwire::Result<()>, says: &str| -> Result<(), Failed> {
         match r {
             Err(Error::Connect { source, .. }) => {
-                assert_eq!(source.kind(), BackendErrorKind::Unsupported, "{source}");
+                assert_eq!(source.kind(), BackendErrorKind::NameInUse, "{source}");
                 assert!(source.message().contains(says), "{source}");
                 Ok(())
             }
@@ -101,18 +101,18 @@ fn namesakes_are_refused() -> Result<(), Failed> {
         }
     };
     let desc = other_twin.descriptor()?;
-    expect_unsupported(
+    expect_name_in_use(
         me.add_remote_peer(&"t".into(), &desc),
         "this transport's name",
     )?;
     let own = me.descriptor()?;
-    expect_unsupported(me.add_remote_peer(&"me".into(), &own), "itself")?;
+    expect_name_in_use(me.add_remote_peer(&"me".into(), &own), "itself")?;
     let c1 = open("c");
     let c2 = open("c");
     let p1 = connect(&me, "c1", &c1);
     let p2 = PeerId::from("c2");
     let desc2 = c2.descriptor()?;
-    expect_unsupported(me.add_remote_peer(&p2, &desc2), "another connected peer")?;
+    expect_name_in_use(me.add_remote_peer(&p2, &desc2), "another connected peer")?;
     // The same agent under a second id is fine.
     let again = connect(&me, "c1-again", &c1);
     me.remove_remote_peer(&again)?;
@@ -177,10 +177,52 @@ fn done_means_the_target_has_it() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A peer added from NIXL's own handshake: the raw metadata taken out of its descriptor
+/// (what a plain NIXL agent hands out) and its geometry, as vLLM's `NixlTransport` passes
+/// them. Blocks and notifications move both ways; the name comes from the metadata.
+fn peer_from_raw_nixl_metadata() -> Result<(), Failed> {
+    let a = open("raw-a");
+    let b = open("raw-b");
+    let d = b.descriptor()?;
+    let md = blockwire_nixl::agent_metadata(&d)?;
+    assert!(md.starts_with(b"nixlSerDes|"));
+    assert_eq!(blockwire_nixl::agent_name_of(md)?, "raw-b");
+    let raw = blockwire_nixl::descriptor_from_nixl(md, d.base_addr, d.num_blocks, d.block_len, "")?;
+    assert_eq!(raw, d.clone().with_name("raw-b"));
+    let peer = PeerId::from("b");
+    a.add_remote_peer(&peer, &raw)?;
+    a.region().write_block(2, &[0x5a; 4096])?;
+    let id = a.write_blocks_notify(&peer, &[2], &[1], b"wrote 1")?;
+    wait_done(&a, &peer, &[id])?;
+    assert_eq!(b.region().block(1)?, vec![0x5a; 4096]);
+    let got = b.notifications(Some("raw-a"))?;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].message, b"wrote 1");
+    // A second agent named raw-b, from raw metadata too: a typed refusal.
+    let twin = open("raw-b");
+    let td = twin.descriptor()?;
+    let twin_raw = blockwire_nixl::descriptor_from_nixl(
+        blockwire_nixl::agent_metadata(&td)?,
+        td.base_addr,
+        td.num_blocks,
+        td.block_len,
+        "",
+    )?;
+    match a.add_remote_peer(&"twin".into(), &twin_raw) {
+        Err(Error::Connect { source, .. }) if source.kind() == BackendErrorKind::NameInUse => {}
+        other => return Err(format!("expected NameInUse, got {other:?}").into()),
+    }
+    // Geometry that disagrees with what the agent registered: NIXL refuses the list.
+    a.remove_remote_peer(&peer)?;
+    let too_many = blockwire_nixl::descriptor_from_nixl(md, d.base_addr, 8, d.block_len, "")?;
+    assert!(a.add_remote_peer(&peer, &too_many).is_err());
+    Ok(())
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     args.test_threads.get_or_insert(1);
-    let cases: [(&str, Case); 4] = [
+    let cases: [(&str, Case); 5] = [
         ("sender_is_the_transport_name", sender_is_the_transport_name),
         ("namesakes_are_refused", namesakes_are_refused),
         (
@@ -188,6 +230,7 @@ fn main() {
             passive_target_keeps_every_sender,
         ),
         ("done_means_the_target_has_it", done_means_the_target_has_it),
+        ("peer_from_raw_nixl_metadata", peer_from_raw_nixl_metadata),
     ];
     let trials = cases
         .into_iter()

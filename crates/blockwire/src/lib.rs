@@ -65,3 +65,9 @@ pub use region::{REGION_ALIGN, Region};
 pub use registration::Registration;
 pub use telemetry::{LatencySummary, PeerTelemetry, TelemetrySnapshot};
 pub use transport::Transport;
+
+/// The nixl backend's crate (feature `nixl`): [`nixl::descriptor_from_nixl`] makes a peer's
+/// descriptor from a plain NIXL agent's metadata and geometry (vLLM's `NixlTransport` tuple),
+/// [`nixl::agent_metadata`] takes this side's raw NIXL metadata out of its descriptor.
+#[cfg(feature = "nixl")]
+pub use blockwire_nixl as nixl;

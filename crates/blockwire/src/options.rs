@@ -65,8 +65,10 @@ pub struct TransportOptions {
     pub backend: BackendOptions,
     /// The transport's name, carried in its descriptor: the sender its notifications carry,
     /// so a target can tell who sent one without having added the sender as a peer. `None`
-    /// (the default) generates a name unique to the transport at open (`bw-<pid>-<n>-<random>`); one given must pass [`blockwire_core::name_problem`]. With NIXL it is
-    /// the agent's name.
+    /// (the default) generates a name unique to the transport at open, across hosts
+    /// (`bw-<host>-<pid>-<n>-<64 random bits in hex>`); one given must pass
+    /// [`blockwire_core::name_problem`]. With NIXL it is the agent's name, which NIXL keys
+    /// remote agents by: a name given must be unique in the fleet.
     pub name: Option<String>,
     /// How many arrived notifications wait to be drained at most, all senders together; one
     /// arriving beyond is dropped and counted (see [`blockwire_core::kit::Inbox`]).

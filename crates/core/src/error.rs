@@ -303,6 +303,21 @@ pub enum BackendErrorKind {
     InvalidOption,
     /// The backend cannot do this.
     Unsupported,
+    /// The peer's name is already taken here: it is this transport's own name, or that of
+    /// another connected peer (with other connection data). A backend whose library keys
+    /// peers by name (NIXL keys remote agents by agent name) cannot hold both, so the peer
+    /// is refused at connect; a peer that restarted under its old name is added again once
+    /// its former registration is removed.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendError, BackendErrorKind, Error};
+    /// let e = Error::Connect {
+    ///     peer: "decode-1".into(),
+    ///     source: BackendError::new(BackendErrorKind::NameInUse, "agent \"decode\" is loaded"),
+    /// };
+    /// assert!(matches!(&e, Error::Connect { source, .. } if source.kind() == BackendErrorKind::NameInUse));
+    /// ```
+    NameInUse,
     /// Anything else the library reported.
     Other,
 }
