@@ -331,10 +331,9 @@ impl Backend for OfiBackend {
         c.remote_disconnect = !self.fabric.provider.starts_with("shm");
         c.revoke = true;
         c.notifications = self.fabric.carrier.is_some();
-        // Its post may move data in the caller's thread, but the transport's posting thread
-        // stays off for now: the model-based test found it breaking the contract (bytes of a
-        // READ landing after a later WRITE's stamp; a peer kept connected after its remove).
-        c.posts_in_caller = false;
+        // Its post may move data in the caller's thread (the tcp provider writes a large message to the socket inside `fi_writemsg`): the
+        // transport posts on its posting thread, so the caller never waits for the data.
+        c.posts_in_caller = true;
         c
     }
 

@@ -139,6 +139,43 @@ pub(crate) fn cancel_of_queued_never_posts<F: Fixture>(fx: &F) {
     assert_eq!(plan.live_transfers(), 0);
 }
 
+/// A transfer that `cancel(Immediate)` forgot while it was inside its post (the backend
+/// holds no handle of it yet) still counts as live in `backend_stats()`, so a caller waiting
+/// for `live_transfers == 0` before reusing its blocks never reuses them under it; once its
+/// post returns, polls release it.
+///
+/// Rules: R-POST-DEFERRED, R-CANCEL-IMMEDIATE.
+pub(crate) fn forgotten_inside_its_post_stays_live<F: Fixture>(fx: &F) {
+    let p = pair(fx, &spec());
+    let (a, peer, plan) = (&p.a, p.peer.clone(), p.plan());
+    plan.hold_posts();
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    assert!(
+        plan.wait_posts(1, TIMEOUT),
+        "the posting thread never posted"
+    );
+    assert_eq!(a.cancel(&[id], CancelMode::Immediate).expect("cancel"), []);
+    assert_eq!(a.in_flight(None), 0, "a forgotten id is not in flight");
+    assert!(
+        a.backend_stats().live_transfers >= 1,
+        "a transfer inside its post counted as not live: {:?}",
+        a.backend_stats()
+    );
+    plan.release_posts();
+    let deadline = Instant::now() + TIMEOUT;
+    while a.backend_stats().live_transfers > 0 {
+        let polled = a.poll(None).expect("poll");
+        assert!(polled.is_empty(), "a forgotten id was reported: {polled:?}");
+        assert!(
+            Instant::now() < deadline,
+            "the forgotten transfer was never released"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(plan.live_transfers(), 0);
+    assert_eq!(a.backend_stats().connected_peers, 1);
+}
+
 /// Removing a peer fails its queued transfers as `PeerRemoved` without posting them; the
 /// backend's peer stays connected while the one inside its post runs, and is freed after.
 ///

@@ -132,6 +132,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(deferred::held_post_does_not_hold_the_caller, FAULTS),
         case!(deferred::failed_post_surfaces_as_failed, FAULTS),
         case!(deferred::cancel_of_queued_never_posts, FAULTS),
+        case!(deferred::forgotten_inside_its_post_stays_live, FAULTS),
         case!(deferred::remove_fails_queued_unposted, FAULTS),
         case!(deferred::close_never_posts_queued, FAULTS),
         case!(deferred::queued_ids_reported_once, FAULTS),

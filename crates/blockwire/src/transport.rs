@@ -43,14 +43,14 @@ use crate::{AnyTransport, BlockTransport};
 /// | `R-REMOVE-RUNNING` | [`remove_remote_peer`](Transport::remove_remote_peer) | transfers still running surface (by the peer's id) as failed, `PeerRemoved`, once they stop; those that had completed, as done; the backend's peer is freed only after the last of them |
 /// | `R-POST-CHECK` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | validate before anything moves: a published peer, equal non-empty index lists (an empty one is `EmptyTransfer`, given no id), every index in range (remote ones against the peer's block count), no destination block twice; an error, or a post the backend refuses in the call, leaves nothing tracked and moves nothing (a post refused on the posting thread is a failed transfer, `R-POST-DEFERRED`) |
 /// | `R-POST-DATA` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | a WRITE lands local block `local[i]` at the peer's block `remote[i]`, a READ the peer's `remote[i]` at `local[i]`, for every `i` (a source may repeat); no other block changes on either side; done only once the bytes are at the destination |
-/// | `R-POST-NO-WAIT` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | never wait, not for the transfer nor for the peer: what the library refuses for now is retried on the backend's thread, and a backend that says `posts_in_caller` is posted on the transport's posting thread (`R-POST-DEFERRED`); the built-in backends do not say it yet, and their library's post may move data in the call (ucx, libfabric and nixl with large messages) |
+/// | `R-POST-NO-WAIT` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | never wait, not for the transfer nor for the peer: what the library refuses for now is retried on the backend's thread, and a backend that says `posts_in_caller` is posted on the transport's posting thread (`R-POST-DEFERRED`): ucx, libfabric and nixl, whose library's post may move data in the call (large messages over TCP, NIXL's UCX on one host) |
 /// | `R-POST-DEFERRED` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks), the `_notify` variants, [`notify`](Transport::notify) | with a backend that says [`Capabilities::posts_in_caller`](crate::Capabilities::posts_in_caller), the call validates, gives the id and returns; the transport's posting thread posts, to each peer in submit order. A post that fails there is a failed transfer whose reason says posting failed, with the backend's text, and counts toward `R-PEER-FAULT` like a refused post. A transfer still queued is in flight and obeys every rule: a cancel (either mode) releases it at once and it is never posted, a remove fails it `PeerRemoved` unposted, close never posts it |
 /// | `R-ID-UNIQUE` | [`write_blocks`](Transport::write_blocks), [`read_blocks`](Transport::read_blocks) | return a [`TransferId`] unique for the transport's lifetime and increasing, across every peer |
 /// | `R-ID-ONCE` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | every id is reported exactly once: done, failed (with a reason: peer removed, remote disconnect, aborted, backend error, failed state check), or taken by a cancel |
 /// | `R-POLL-PEER` | [`poll`](Transport::poll)`(Some(peer))` | drains only that peer's finished transfers (another session's completions stay for its own poll); a peer with nothing, or never added, is empty, not an error; never blocks |
 /// | `R-POLL-ALL` | [`poll`](Transport::poll)`(None)` | drains every peer's finished transfers (shutdown) |
 /// | `R-IN-FLIGHT` | [`in_flight`](Transport::in_flight) | transfers posted and not yet reported nor taken by a cancel, to one peer or to all |
-/// | `R-CANCEL-IMMEDIATE` | [`cancel`](Transport::cancel)`(ids, Immediate)` | forgets the known ids and returns `[]`; the backend may still move bytes, and its handle is released once it stops |
+/// | `R-CANCEL-IMMEDIATE` | [`cancel`](Transport::cancel)`(ids, Immediate)` | forgets the known ids and returns `[]`; the backend may still move bytes, and its handle is released once it stops (a poll reaps it); until then it counts in `backend_stats().live_transfers`, even while the posting thread is still handing it to the backend |
 /// | `R-CANCEL-WAIT` | [`cancel`](Transport::cancel)`(ids, Wait)` | asks running transfers to stop, releases only those that have stopped, and returns the ids still running (poll until each surfaces); once an id is no longer returned, no byte of it lands; unknown ids are ignored |
 /// | `R-FAIL-BOUNDED` | [`poll`](Transport::poll) | a failure is terminal and bounded: a failed state check, a remote disconnect or a peer that closed fails the transfers, with its reason, within a bounded time; none is left running |
 /// | `R-STALL` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | a peer with transfers in flight of which none completes for [`TransportOptions::stall_timeout`](crate::TransportOptions::stall_timeout) (default 5 s, read on [`TransportOptions::clock`](crate::TransportOptions::clock); `None` waits for the library) is taken for dead or unreachable: the backend is asked, once, to cut its connection, and its transfers fail as a remote disconnect. What the backend finished counts as progress, polled or not. A backend cuts only where no byte of those transfers can land in this process's region afterwards; one that cannot logs it, and its transfers end when the library ends them (SECURITY.md, per backend) |
@@ -253,9 +253,9 @@ pub trait Transport: Send + Sync {
     /// for the peer. A backend that says
     /// [`Capabilities::posts_in_caller`](crate::Capabilities::posts_in_caller) is posted on the
     /// transport's posting thread, in submit order (a post that fails there is reported by
-    /// [`poll`](Transport::poll) as a failed transfer instead of this call's `Err(Submit)`);
-    /// the built-in backends do not say it yet, so with large messages ucx, libfabric and nixl
-    /// may move data inside this call. A peer the transport judged unusable is refused with
+    /// [`poll`](Transport::poll) as a failed transfer instead of this call's `Err(Submit)`):
+    /// ucx, libfabric and nixl say it, so no byte moves inside this call on any built-in
+    /// backend. A peer the transport judged unusable is refused with
     /// `Err(PeerFaulted)` (see [`PollResult::peer_fault`]) until it is removed.
     ///
     /// ```
@@ -413,7 +413,10 @@ pub trait Transport: Send + Sync {
     /// ```
     fn is_closed(&self) -> bool;
 
-    /// The backend's live resources (connected peers, unreleased transfers).
+    /// The backend's live resources (connected peers, unreleased transfers). A transfer the
+    /// transport's posting thread is handing to the backend counts as live too: once
+    /// `live_transfers` is 0, no transfer (not even one `cancel(Immediate)` forgot) can move
+    /// a byte any more.
     ///
     /// ```
     /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};

@@ -40,10 +40,9 @@ pub struct Capabilities {
     /// its post call). The transport then never calls them on the caller's thread: it queues
     /// the transfer and a posting thread of its own posts it, so `write_blocks` and the others
     /// return at once. A backend whose post only queues work (shm hands a job to its copy
-    /// threads) says `false`, and is posted in the caller's thread. The built-in backends say
-    /// `false` for now, whatever their post does: the posting thread does not yet pass the
-    /// model-based test (the conformance suite exercises it through its fault-injecting
-    /// wrapper, `FaultPlan::defer_posts`).
+    /// threads) says `false`, and is posted in the caller's thread. ucx, libfabric and nixl
+    /// say `true`; the conformance suite also runs the posting thread over any backend through
+    /// its fault-injecting wrapper (`FaultPlan::defer_posts`).
     pub posts_in_caller: bool,
 }
 

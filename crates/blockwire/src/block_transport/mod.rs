@@ -6,7 +6,7 @@ mod posting;
 mod validate;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,9 @@ struct Shared<B: Backend> {
     /// Held shared by every call, exclusively by close while it flips `closed`.
     gate: RwLock<()>,
     closed: AtomicBool,
+    /// Transfers the posting thread is handing to the backend right now (inside its post):
+    /// they are live though the backend does not count them yet.
+    in_post: AtomicUsize,
     peers: Mutex<PeerTable<B>>,
     inflight: Inflight<B>,
     next_id: AtomicU64,
@@ -150,6 +153,7 @@ impl<B: Backend> BlockTransport<B> {
         let shared = Arc::new(Shared {
             gate: RwLock::new(()),
             closed: AtomicBool::new(false),
+            in_post: AtomicUsize::new(0),
             peers: Mutex::new(PeerTable::new()),
             inflight: Inflight::new(options.stall_timeout, options.clock, telemetry.clone()),
             next_id: AtomicU64::new(1),
@@ -180,7 +184,12 @@ impl<B: Backend> BlockTransport<B> {
             let poster = std::thread::Builder::new()
                 .name(format!("blockwire-{}-post", shared.backend.kind()))
                 .spawn(move || {
-                    posting::run(&*poster_shared.backend, &rx, &poster_shared.closed);
+                    posting::run(
+                        &*poster_shared.backend,
+                        &rx,
+                        &poster_shared.closed,
+                        &poster_shared.in_post,
+                    );
                 })
                 .map_err(|e| Error::Os {
                     what: "spawning the posting thread",
@@ -858,7 +867,14 @@ impl<B: Backend> Transport for BlockTransport<B> {
     }
 
     fn backend_stats(&self) -> BackendStats {
-        self.shared.backend.stats()
+        let s = &*self.shared;
+        // Read before the backend's counts: a post that returns in between is then counted
+        // twice (never not at all), as the posting thread lets go of it only once the backend
+        // holds it.
+        let in_post = s.in_post.load(Ordering::SeqCst);
+        let mut stats = s.backend.stats();
+        stats.live_transfers += in_post;
+        stats
     }
 
     fn peers(&self) -> Vec<PeerId> {

@@ -23,7 +23,7 @@
 //! Locks: the posting thread takes only a slot's lock, never a tracking or peer-table lock,
 //! and never holds it while posting; the tracking takes a slot's lock under a peer's lock.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use blockwire_core::{
@@ -208,8 +208,8 @@ impl<B: Backend> Job<B> {
     }
 
     /// Posts the job unless it was dropped, the peer removed or the transport closed since it
-    /// was queued.
-    fn post(self, backend: &B, closed: &AtomicBool) {
+    /// was queued. `in_post` counts it while it is inside the backend's post.
+    fn post(self, backend: &B, closed: &AtomicBool, in_post: &AtomicUsize) {
         let conn = {
             let mut pending = self.slot.lock();
             if !matches!(*pending, Pending::Queued) {
@@ -229,8 +229,14 @@ impl<B: Backend> Job<B> {
                 return;
             }
             *pending = Pending::Posting { abort: false };
+            // Counted before the slot says `Posting` to anyone: a transfer forgotten by
+            // `cancel(Immediate)` meanwhile is then never live and uncounted.
+            in_post.fetch_add(1, Ordering::SeqCst);
             conn
         };
+        // Counted out once the slot says how the post ended, when the backend holds the
+        // transfer (or nothing moves).
+        let _counted = InPost(in_post);
         let Some(peer) = conn.peer() else {
             *self.slot.lock() = Pending::Dropped(FailureReason::PeerRemoved);
             return;
@@ -264,6 +270,15 @@ impl<B: Backend> Job<B> {
     }
 }
 
+/// Counts a transfer out of [`Job::post`]'s `in_post` when dropped.
+struct InPost<'a>(&'a AtomicUsize);
+
+impl Drop for InPost<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// The failure a failed post reports: a remote disconnect stays one (it faults the peer);
 /// anything else is the backend's error.
 fn post_failure(error: &BackendError) -> FailureReason {
@@ -275,11 +290,16 @@ fn post_failure(error: &BackendError) -> FailureReason {
 }
 
 /// The posting thread's loop: posts each job in turn until [`Msg::Stop`] (or every sender is
-/// gone).
-pub(crate) fn run<B: Backend>(backend: &B, jobs: &Receiver<Msg<B>>, closed: &AtomicBool) {
+/// gone), counting the one inside the backend's post in `in_post`.
+pub(crate) fn run<B: Backend>(
+    backend: &B,
+    jobs: &Receiver<Msg<B>>,
+    closed: &AtomicBool,
+    in_post: &AtomicUsize,
+) {
     for msg in jobs.iter() {
         match msg {
-            Msg::Post(job) => job.post(backend, closed),
+            Msg::Post(job) => job.post(backend, closed, in_post),
             Msg::Stop => break,
         }
     }
