@@ -1,7 +1,6 @@
 //! The NIXL agent of a backend ([`Inner`]): its name, how it is set up and torn down.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use blockwire_core::{
     BackendError, BackendErrorKind, BackendOptions, RegionSpan, RegisteredRegion,
@@ -10,18 +9,12 @@ use nixl_sys::{Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle
 
 use crate::{Dram, address, notify};
 
-/// Numbers the agents of backends opened without a transport name.
-static NEXT_AGENT: AtomicU64 = AtomicU64::new(0);
-
 /// The agent's name: the transport's, or for a backend opened without a transport, one
-/// unique to this backend.
+/// unique across hosts ([`blockwire_core::unique_name`]).
 pub(crate) fn agent_name(options: &BackendOptions) -> String {
     match options.name() {
         Some(name) => name.to_owned(),
-        None => {
-            let n = NEXT_AGENT.fetch_add(1, Ordering::Relaxed);
-            format!("blockwire-{}-{n}", std::process::id())
-        }
+        None => blockwire_core::unique_name(),
     }
 }
 

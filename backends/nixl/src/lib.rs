@@ -3,8 +3,9 @@
 //! - **Agent**: one NIXL agent per transport, with the `UCX` backend plugin by default (option
 //!   `backend`), named after the transport (`BackendOptions::name`, the transport's name): the
 //!   sender NIXL reports with each notification is that name. A backend opened without a
-//!   transport gets `blockwire-<pid>-<n>` (so does a transport named `blockwire`, the name a
-//!   backend opened without a transport is told: its notifications then come from that name).
+//!   transport gets a name unique across hosts (`blockwire_core::unique_name`,
+//!   `bw-<host>-<pid>-<n>-<random>`; its notifications are still told they come from
+//!   `blockwire`, the name a backend opened without a transport is given).
 //!   The whole region is registered once, as DRAM, and a local descriptor list of one
 //!   descriptor per block is prepared once.
 //! - **Descriptor**: carries the agent's name, the region the agent registered and the
@@ -219,7 +220,7 @@ impl OpenBackend for NixlBackend {
     /// // SAFETY: `mem` outlives the backend. Needs the runtime (scripts/setup-backends.sh).
     /// let b = unsafe { blockwire_nixl::NixlBackend::open(span, BackendOptions::new())? };
     /// assert_eq!(b.kind(), "nixl");
-    /// assert!(b.agent_name().starts_with("blockwire-")); // no transport named it
+    /// assert!(b.agent_name().starts_with("bw-")); // no transport named it: unique across hosts
     /// assert!(blockwire_nixl::runtime_loaded());
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```

@@ -32,6 +32,7 @@ mod descriptor;
 mod error;
 mod ids;
 pub mod kit;
+mod name;
 mod notification;
 mod open;
 mod options;
@@ -44,6 +45,7 @@ pub use backend::{Backend, BackendStats, Capabilities};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
 pub use error::{BackendError, BackendErrorKind, Error, OsError, Result};
 pub use ids::{BlockIndex, PeerId, TransferId};
+pub use name::unique_name;
 pub use notification::{
     MAX_NAME_LEN, MAX_NOTIFICATION_LEN, Notification, decode_frame, encode_frame, name_problem,
 };

@@ -138,7 +138,7 @@ impl<B: Backend> BlockTransport<B> {
                 }
                 name
             }
-            None => generated_name(),
+            None => blockwire_core::unique_name(),
         };
         let inbox = Inbox::new(options.notification_capacity);
         let backend_options = options
@@ -372,50 +372,6 @@ impl<B: Backend> BlockTransport<B> {
                 job.abandon("the posting thread is gone");
             }
         }
-    }
-}
-
-/// A name unique to this transport: backend-free, since the name is chosen before the
-/// backend opens. `bw-<host>-<pid>-<n>-<random>`: the host name (at most 32 bytes of it, for
-/// a human reading a log), the pid and a process-wide count make it unique on the host, and
-/// 64 random bits (seeded from the OS) unique across hosts, containers that share a pid and
-/// host name, and pid reuse. NIXL keys remote agents by this name (see the nixl backend), so a
-/// fleet of default-named transports never collides.
-fn generated_name() -> String {
-    use std::hash::{BuildHasher, Hasher};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    // RandomState is seeded from the OS per process (and varies per instance); the count is
-    // hashed in so that no two names of one process share the random part.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(n);
-    let random = hasher.finish();
-    format!(
-        "bw-{}-{}-{n}-{random:016x}",
-        host_label(),
-        std::process::id()
-    )
-}
-
-/// This host's name, as far as it is plain (`[A-Za-z0-9.-]`, at most 32 bytes); `host` when
-/// the system gives none.
-fn host_label() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: `buf` is writable for its whole length, which is what is passed; gethostname
-    // writes at most that many bytes.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    let raw = if rc == 0 { &buf[..] } else { &[][..] };
-    let end = raw.iter().position(|&b| b == 0).unwrap_or(raw.len());
-    let label: String = raw[..end]
-        .iter()
-        .map(|&b| b as char)
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '.' || *c == '-')
-        .take(32)
-        .collect();
-    if label.is_empty() {
-        "host".to_owned()
-    } else {
-        label
     }
 }
 
@@ -896,20 +852,5 @@ impl<B: Backend> std::fmt::Debug for BlockTransport<B> {
             .field("block_len", &self.shared.region.block_len())
             .field("closed", &self.is_closed())
             .finish()
-    }
-}
-
-#[cfg(test)]
-mod name_tests {
-    #[test]
-    fn generated_names_are_distinct_and_well_formed() {
-        let a = super::generated_name();
-        let b = super::generated_name();
-        assert_ne!(a, b);
-        assert!(a.starts_with("bw-"), "{a}");
-        assert!(blockwire_core::name_problem(&a).is_none(), "{a}");
-        let random = a.rsplit('-').next().unwrap_or_default();
-        assert_eq!(random.len(), 16, "{a}");
-        assert!(a.len() <= 32 + 3 + 1 + 10 + 1 + 20 + 1 + 16, "{a}");
     }
 }
