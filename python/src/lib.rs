@@ -138,14 +138,12 @@ fn nixl_agent_metadata<'py>(
 #[cfg(feature = "nixl")]
 fn nixl_metadata_error(py: Python<'_>, e: &blockwire::nixl::MetadataError) -> PyErr {
     // The whole chain, as `Error::report` gives it for the library's own errors.
-    let mut message = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        message.push_str(": ");
-        message.push_str(&s.to_string());
-        source = s.source();
-    }
-    errors::raise(py, "DescriptorError", "descriptor", message)
+    errors::raise(
+        py,
+        "DescriptorError",
+        "descriptor",
+        blockwire::report_chain(e),
+    )
 }
 
 #[cfg(not(feature = "nixl"))]

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use blockwire_core::kit::ProcessWatch;
 use blockwire_core::{BackendError, BackendErrorKind};
 
-use crate::mapping::{SEALS, is_sealed};
+use crate::mapping::{SEALS, is_sealed, map_shared};
 
 const LEASE_MAGIC: u64 = u64::from_le_bytes(*b"BWLEASE1");
 const PAGE: usize = 4096;
@@ -63,21 +63,9 @@ fn os_error(what: &str) -> BackendError {
 
 /// Maps `fd`'s page shared.
 fn map(fd: &OwnedFd) -> Result<NonNull<Words>, BackendError> {
-    // SAFETY: a fresh shared mapping of one page of a live fd; no existing memory is touched.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            PAGE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(os_error("mapping the shm lease page"));
-    }
-    NonNull::new(p.cast::<Words>()).ok_or_else(|| BackendError::other("mmap returned null"))
+    // SAFETY: the lease memfd is one page, sealed against shrinking (checked by `attach`, set
+    // by `create`), so no access to the page can fault.
+    unsafe { map_shared(fd, PAGE, 0, "the shm lease page") }.map(NonNull::cast)
 }
 
 impl Lease {

@@ -63,6 +63,43 @@ fn check_backing(fd: &OwnedFd, offset: u64, len: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Maps `len` bytes of `fd` from `offset`, shared, readable and writable, at an address the
+/// kernel picks. `what` names the mapping in the error.
+///
+/// # Safety
+///
+/// Accesses to the result fault unless `fd`'s file covers `offset + len` for as long as it is
+/// mapped (a memfd sealed against shrinking, checked by the caller).
+pub(crate) unsafe fn map_shared(
+    fd: &OwnedFd,
+    len: usize,
+    offset: u64,
+    what: &str,
+) -> Result<NonNull<u8>, BackendError> {
+    let off = libc::off_t::try_from(offset).map_err(|_| {
+        BackendError::new(BackendErrorKind::MalformedAddress, "offset out of range")
+    })?;
+    // SAFETY: a fresh mapping with no address hint: no existing memory is touched; whether
+    // accesses to it can fault is the caller's contract.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            off,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(BackendError::from_io(
+            &format!("mapping {what}"),
+            &std::io::Error::last_os_error(),
+        ));
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| BackendError::other("mmap returned null"))
+}
+
 /// The region's side: a duplicate of its memfd, kept open so peers can duplicate it.
 pub(crate) struct SharedRegion {
     fd: OwnedFd,
@@ -137,28 +174,16 @@ impl PeerMapping {
         let fd = i32::try_from(fd).map_err(|_| bad(format!("descriptor {fd} out of range")))?;
         let dup = proc.duplicate_fd(fd)?;
         check_backing(&dup, offset, len).map_err(bad)?;
-        let off = libc::off_t::try_from(offset).map_err(|_| bad("offset out of range".into()))?;
-        // SAFETY: a fresh shared mapping (no address hint) of a memfd whose size is sealed
-        // and covers `offset + len` (checked above): no existing memory is touched, and no
-        // access to it can fault.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
+        // SAFETY: the memfd's size is sealed and covers `offset + len` (checked above), so no
+        // access to the mapping can fault.
+        let map = unsafe {
+            map_shared(
+                &dup,
                 len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                dup.as_raw_fd(),
-                off,
+                offset,
+                &format!("process {}'s shared region", proc.pid()),
             )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(BackendError::from_io(
-                &format!("mapping process {}'s shared region", proc.pid()),
-                &std::io::Error::last_os_error(),
-            ));
-        }
-        let map = NonNull::new(p.cast::<u8>())
-            .ok_or_else(|| BackendError::other("mmap returned null"))?;
+        }?;
         tracing::debug!(
             pid = proc.pid(),
             bytes = len,
@@ -220,18 +245,11 @@ mod tests {
         let len = 4 * 4096;
         let fd = memfd(len, SEALS);
         // The region's own view: a shared mapping of the same memfd.
-        // SAFETY: a fresh shared mapping of a live, sized memfd.
-        let own = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        assert_ne!(own, libc::MAP_FAILED);
+        // SAFETY: the memfd is sized to `len` and sealed.
+        let own = unsafe { map_shared(&fd, len, 0, "the test region") }
+            .expect("map")
+            .as_ptr()
+            .cast::<libc::c_void>();
         let remote_base = 0x10_0000;
         let m = PeerMapping::attach(&me(), fd.as_raw_fd() as u64, 0, len, remote_base)
             .expect("a sealed memfd maps");

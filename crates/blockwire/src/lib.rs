@@ -54,7 +54,8 @@ pub use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, CancelMode,
     Capabilities, DescriptorError, Error, FailureReason, MAX_NAME_LEN, MAX_NOTIFICATION_LEN,
     Notification, Op, OpenBackend, OsError, PeerDescriptor, PeerFault, PeerId, PollResult,
-    RegionSpan, RegisteredRegion, Result, TransferId, TransferKind, TransferRecord, XferState,
+    RegionSpan, RegisteredRegion, Result, SharedMemory, TransferId, TransferKind, TransferRecord,
+    XferState, report_chain,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use options::{

@@ -220,15 +220,26 @@ impl Error {
     /// assert_eq!(e.report(), "opening backend ucx: no such device");
     /// ```
     pub fn report(&self) -> String {
-        let mut line = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(e) = source {
-            line.push_str(": ");
-            line.push_str(&e.to_string());
-            source = e.source();
-        }
-        line
+        report_chain(self)
     }
+}
+
+/// Any error and each of its sources, joined by `": "` (what [`Error::report`] gives for the
+/// library's own errors).
+///
+/// ```
+/// let e = std::io::Error::other("disk gone");
+/// assert_eq!(blockwire_core::report_chain(&e), "disk gone");
+/// ```
+pub fn report_chain(error: &dyn std::error::Error) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        line.push_str(": ");
+        line.push_str(&e.to_string());
+        source = e.source();
+    }
+    line
 }
 
 /// An [`std::io::Error`] the operating system returned, kept whole (its kind and errno), and

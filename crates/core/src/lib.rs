@@ -43,7 +43,7 @@ mod xfer;
 
 pub use backend::{Backend, BackendStats, Capabilities};
 pub use descriptor::{DescriptorError, FORMAT_VERSION, PeerDescriptor};
-pub use error::{BackendError, BackendErrorKind, Error, OsError, Result};
+pub use error::{BackendError, BackendErrorKind, Error, OsError, Result, report_chain};
 pub use ids::{BlockIndex, PeerId, TransferId};
 pub use name::unique_name;
 pub use notification::{
