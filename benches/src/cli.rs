@@ -38,6 +38,12 @@ pub struct Args {
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
+    /// Microseconds the driver sleeps after a `poll` that reported nothing done, as a
+    /// scheduler polls once per step (0: `yield` and poll again at once). On a machine with
+    /// few cores a poller that spins takes a core from the copy, posting and progress threads
+    /// and preempts its own submits.
+    #[arg(long, default_value_t = 20)]
+    pub poll_sleep_us: u64,
     /// What to measure: throughput (the sweep), registration (`add_remote_peer`), notify (the
     /// cost of a notification), telemetry (the overhead of telemetry on), scale (see `--scale`;
     /// not by default).
@@ -197,6 +203,7 @@ impl Args {
             ),
             format!("--duration={}", self.duration),
             format!("--region-mib={}", self.region_mib),
+            format!("--poll-sleep-us={}", self.poll_sleep_us),
             format!("--measures={}", self.measures.join(",")),
             format!("--notify-kib={}", self.notify_kib),
             format!("--telemetry-kib={}", self.telemetry_kib),

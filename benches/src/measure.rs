@@ -51,6 +51,15 @@ pub struct Point {
     pub submit_avg_us: f64,
     /// 99th percentile of the submit time, µs.
     pub submit_p99_us: f64,
+    /// Share of the submits during which the scheduler preempted the calling thread (an
+    /// involuntary context switch, `getrusage(RUSAGE_THREAD)`); `None` where not measured.
+    #[serde(default)]
+    pub submit_preempted: Option<f64>,
+    /// 99th percentile of the submits that kept their core (no involuntary switch), µs: the
+    /// submit's own cost, waits on locks included, the scheduler's time slices of other
+    /// threads not.
+    #[serde(default)]
+    pub submit_p99_on_core_us: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
     pub complete_avg_us: f64,
     /// 99th percentile of the completion time, µs.
@@ -104,17 +113,21 @@ pub(crate) struct Pumped {
     pub(crate) gbps: f64,
     /// Each submit call, µs.
     pub(crate) submits: Vec<f64>,
+    /// Each submit call during which the thread was not preempted, µs.
+    pub(crate) submits_on_core: Vec<f64>,
     /// Each transfer from submit to reported done, µs.
     pub(crate) completes: Vec<f64>,
 }
 
 /// Keeps `shape.depth` transfers of `shape.batch` blocks in flight from `a` to [`PEER`] for
-/// `shape.run_for`, then waits for the last ones.
-pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
+/// `shape.run_for`, then waits for the last ones; after a poll that reported nothing it sleeps `poll_sleep` (or
+/// yields, when zero).
+pub(crate) fn pump(a: &dyn Transport, shape: &Shape, poll_sleep: Duration) -> Res<Pumped> {
     let peer = PeerId::from(PEER);
     let (op, batch) = (shape.op, shape.batch);
     let mut next = 0u32;
     let mut submits = Vec::new();
+    let mut submits_on_core = Vec::new();
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
     let start = Instant::now();
@@ -123,12 +136,17 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
         while running && inflight.len() < shape.depth {
             let idx = shape.layout.batch(next, batch, shape.blocks);
             next = next.wrapping_add(1);
+            let switches = preemptions();
             let t = Instant::now();
             let id = match op {
                 Op::Write => a.write_blocks(&peer, &idx, &idx)?,
                 _ => a.read_blocks(&peer, &idx, &idx)?,
             };
-            submits.push(t.elapsed().as_secs_f64() * 1e6);
+            let us = t.elapsed().as_secs_f64() * 1e6;
+            submits.push(us);
+            if switches.is_some() && preemptions() == switches {
+                submits_on_core.push(us);
+            }
             inflight.push((id, t));
         }
         if inflight.is_empty() {
@@ -139,8 +157,12 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
             return Err(format!("transfer {id} failed: {reason}").into());
         }
         if r.done.is_empty() {
-            // Leave the cores to the data path (copy and progress threads).
-            std::thread::yield_now();
+            // Leave the cores to the data path (copy, posting and progress threads).
+            if poll_sleep.is_zero() {
+                std::thread::yield_now();
+            } else {
+                std::thread::sleep(poll_sleep);
+            }
         }
         for id in r.done {
             if let Some(k) = inflight.iter().position(|(x, _)| *x == id) {
@@ -152,8 +174,28 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape) -> Res<Pumped> {
     Ok(Pumped {
         gbps: completes.len() as f64 * f64::from(batch) * shape.block as f64 / secs / 1e9,
         submits,
+        submits_on_core,
         completes,
     })
+}
+
+/// The calling thread's involuntary context switches so far (`None` where unknown).
+fn preemptions() -> Option<libc::c_long> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: a writable rusage; RUSAGE_THREAD reads the calling thread's counters.
+    let ret = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
+    // SAFETY: getrusage filled it in when it returned 0.
+    (ret == 0).then(|| unsafe { usage.assume_init() }.ru_nivcsw)
+}
+
+/// The share of `all` submits that are not in `on_core`, and the 99th percentile of those that
+/// are (`None`, `None` when the switches could not be read).
+pub(crate) fn preempted(all: usize, on_core: Vec<f64>) -> (Option<f64>, Option<f64>) {
+    if all == 0 || on_core.is_empty() {
+        return (None, None);
+    }
+    let share = 1.0 - on_core.len() as f64 / all as f64;
+    (Some(share), Some(Summary::of(on_core).p99))
 }
 
 /// The shape of a measurement of `block`-byte blocks over regions of `--region-mib`.
@@ -207,11 +249,13 @@ pub(crate) fn throughput(
     let Pumped {
         gbps,
         submits,
+        submits_on_core,
         completes,
-    } = pump(&*a, &shape)?;
+    } = pump(&*a, &shape, Duration::from_micros(args.poll_sleep_us))?;
     a.close()?;
     drop((a, remote));
     let raw_gbps = backends.raw_gbps(backend, &shape, args)?;
+    let (submit_preempted, submit_p99_on_core_us) = preempted(submits.len(), submits_on_core);
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
     Ok(Point {
@@ -232,6 +276,8 @@ pub(crate) fn throughput(
         raw_gbps,
         submit_avg_us,
         submit_p99_us,
+        submit_preempted,
+        submit_p99_on_core_us,
         complete_avg_us,
         complete_p99_us,
     })

@@ -88,6 +88,8 @@ pub(crate) fn run(args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
                 raw_gbps: None,
                 submit_avg_us: r.submit_avg_us,
                 submit_p99_us: r.submit_p99_us,
+                submit_preempted: None,
+                submit_p99_on_core_us: None,
                 complete_avg_us: r.complete_avg_us,
                 complete_p99_us: r.complete_p99_us,
             }));

@@ -172,7 +172,7 @@ pub(crate) fn print_tables(run: &Run) {
             if xp { " (peer in another process)" } else { "" }
         );
         println!(
-            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>10} {:>10}",
+            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
             "block",
             "batch",
             "depth",
@@ -184,6 +184,7 @@ pub(crate) fn print_tables(run: &Run) {
             "/mooncake",
             "submit",
             "sub p99",
+            "core p99",
             "complete",
             "cmp p99"
         );
@@ -198,7 +199,7 @@ pub(crate) fn print_tables(run: &Run) {
                 .map(|q| p.gbps / q.gbps);
             println!(
                 "{:>8}K {:>6} {:>6} {:>8.2} {:>6.2} {:>5} {:>6.2} {:>6} {:>9} {:>7.1}us {:>7.1}us \
-                 {:>8.1}us {:>8.1}us",
+                 {:>9} {:>8.1}us {:>8.1}us",
                 p.block_bytes >> 10,
                 p.batch,
                 p.depth,
@@ -210,6 +211,8 @@ pub(crate) fn print_tables(run: &Run) {
                 fmt(peer),
                 p.submit_avg_us,
                 p.submit_p99_us,
+                p.submit_p99_on_core_us
+                    .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}us")),
                 p.complete_avg_us,
                 p.complete_p99_us
             );
@@ -382,6 +385,8 @@ mod tests {
             raw_gbps: None,
             submit_avg_us: 0.0,
             submit_p99_us: 0.0,
+            submit_preempted: None,
+            submit_p99_on_core_us: None,
             complete_avg_us: 0.0,
             complete_p99_us: 0.0,
         }
