@@ -38,10 +38,10 @@ pub struct Args {
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
-    /// Microseconds the driver sleeps after a `poll` that reported nothing done, as a
-    /// scheduler polls once per step (0: `yield` and poll again at once). On a machine with
-    /// few cores a poller that spins takes a core from the copy, posting and progress threads
-    /// and preempts its own submits.
+    /// The longest the driver sleeps after a `poll` that reported nothing done, µs (it sleeps
+    /// a sixteenth of the average completion time, up to this; 0: it never sleeps, it yields
+    /// and polls again). On a machine with few cores a poller that spins takes a core from the
+    /// copy, posting and progress threads and preempts its own submits.
     #[arg(long, default_value_t = 20)]
     pub poll_sleep_us: u64,
     /// What to measure: throughput (the sweep), registration (`add_remote_peer`), notify (the
