@@ -95,6 +95,16 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#[cfg(not(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+)))]
+compile_error!(
+    "blockwire-bench compares backends: enable at least one of the features shm, ucx, libfabric, nixl"
+);
+
 mod ceiling;
 mod cli;
 mod measure;
