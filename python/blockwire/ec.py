@@ -79,10 +79,10 @@ class ECTransport:
         options: dict[str, Any] | None = None,
         **transport_options: Any,
     ) -> None:
+        self._agent_name = agent_name
         self._transport = Transport(
             view, backend, name=agent_name, options=options, **transport_options
         )
-        self._agent_name = agent_name
         self._lock = threading.Lock()
         # Posted and not yet seen finished; finished: id -> "DONE" or the failure's text,
         # until released.
@@ -204,7 +204,11 @@ class ECTransport:
         self._transport.close()
 
     def __repr__(self) -> str:
-        t = self._transport
+        # `getattr`: a traceback or debugger may show an instance whose `__init__` raised.
+        t = getattr(self, "_transport", None)
+        if t is None:
+            name = getattr(self, "_agent_name", None)
+            return f"ECTransport(agent_name={name!r}, not initialized)"
         return (
             f"ECTransport(agent_name={self._agent_name!r}, backend={t.backend!r}, "
             f"blocks={t.num_blocks} x {t.block_len} B, peers={len(t.peers)}, closed={t.closed})"

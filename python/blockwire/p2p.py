@@ -318,7 +318,11 @@ class P2PTransport:
         self.close()
 
     def __repr__(self) -> str:
-        t = self._transport
+        # `getattr`: a traceback or debugger may show an instance whose `__init__` raised.
+        t = getattr(self, "_transport", None)
+        if t is None:
+            name = getattr(self, "_agent_name", None)
+            return f"{type(self).__name__}(agent_name={name!r}, not initialized)"
         return (
             f"{type(self).__name__}(agent_name={self._agent_name!r}, backend={t.backend!r}, "
             f"blocks={t.num_blocks} x {t.block_len} B, peers={len(t.peers)}, "

@@ -97,3 +97,11 @@ def test_remove_and_deregister(setting):
     consumer.deregister()
     with pytest.raises(blockwire.ClosedError):
         consumer.get_new_notifs()
+
+
+def test_repr_of_an_instance_whose_init_raised():
+    # What a traceback or a debugger shows for `self` inside a failed `__init__`.
+    t = ECTransport.__new__(ECTransport)
+    with pytest.raises(blockwire.InvalidBufferError):
+        t.__init__("x", "not a buffer")
+    assert repr(t) == "ECTransport(agent_name='x', not initialized)"

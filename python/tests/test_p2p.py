@@ -268,3 +268,14 @@ def test_context_manager(setting):
     with P2PTransport("ctx", setting.memory(), **setting.kwargs()) as t:
         assert t.available
     assert not t.available
+
+
+def test_repr_of_an_instance_whose_init_raised():
+    # What a traceback or a debugger shows for `self` inside a failed `__init__`.
+    t = P2PTransport.__new__(P2PTransport)
+    with pytest.raises(blockwire.InvalidBufferError):
+        t.__init__("x", "not a buffer")
+    assert repr(t) == "P2PTransport(agent_name='x', not initialized)"
+    assert repr(P2PTransport.__new__(P2PTransport)) == (
+        "P2PTransport(agent_name=None, not initialized)"
+    )
