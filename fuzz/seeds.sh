@@ -71,15 +71,17 @@ printf '\x02' | out $t template-unchanged
 printf "\\x03$(u64 2)$(u64 $((0x7f0000001000)))" | out $t other-process
 printf "\\x03$(u64 2)$(u64 0)" | out $t other-process-identity-null
 # The other backends (fuzz features ucx, libfabric: first byte / 4 picks ucx, libfabric tcp,
-# libfabric shm), modes 2 (the address's registered region XOR the first 20 bytes, then the
-# descriptor's fields) and 3 (the descriptor's fields only): unchanged, block 0 shifted, a
-# block more, the blocks split differently.
+# libfabric shm), modes 2 (the registered region before the address's seal XOR the first 20
+# bytes, then the descriptor's fields) and 3 (the descriptor's fields only): unchanged, block 0
+# shifted, a block more (in the descriptor, or in it and the address alike: the seal refuses
+# that one), the blocks split differently.
 for b in 1 2 3; do
     m2=$(printf '\\x%02x' $((b * 4 + 2)))
     m3=$(printf '\\x%02x' $((b * 4 + 3)))
     printf "$m2" | out $t "backend$b-unchanged"
     { printf "$m2"; printf "$(u64 64)"; } | out $t "backend$b-address-base"
     { printf "$m2"; head -c 20 /dev/zero; printf "$(u64 64)$(u32 1)"; } | out $t "backend$b-base-and-blocks"
+    { printf "$m2$(u64 0)$(u32 1)$(u64 0)$(u64 0)$(u32 1)"; } | out $t "backend$b-blocks-in-address-too"
     { printf "$m3"; printf "$(u64 0)$(u32 $((4 ^ 5)))"; } | out $t "backend$b-a-block-more"
     { printf "$m3"; printf "$(u64 0)$(u32 $((4 ^ 8)))$(u64 $((64 ^ 32)))"; } | out $t "backend$b-split"
 done

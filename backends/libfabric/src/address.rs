@@ -1,10 +1,10 @@
 //! The libfabric backend's address bytes: provider, endpoint name, memory key, addressing
-//! mode, and the region the key covers.
+//! mode, and the region the key covers, sealed ([`AddressWriter::sealed`]).
 
 use blockwire_core::kit::{AddressReader, AddressWriter};
 use blockwire_core::{BackendError, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"OFI2";
+const MAGIC: &[u8; 4] = b"OFI3";
 /// Bound on the provider and endpoint names (a sockaddr, or the shm provider's
 /// `<pid>:<n>:<m>`, is far shorter).
 const MAX_PART: usize = 256;
@@ -32,11 +32,11 @@ impl OfiAddress {
             .u64(self.key)
             .u8(u8::from(self.virt))
             .region(&self.region)
-            .finish()
+            .sealed()
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, BackendError> {
-        let mut r = AddressReader::new("libfabric address", MAGIC, bytes)?;
+        let mut r = AddressReader::sealed("libfabric address", MAGIC, bytes)?;
         let provider = r.bytes("provider", MAX_PART)?;
         let name = r.bytes("endpoint name", MAX_PART)?;
         let key = r.u64("key")?;

@@ -1,5 +1,5 @@
-//! The address bytes a NIXL backend puts in its descriptor ([`AddressWriter`]): magic `NXL2`,
-//! the agent's name, the region it registered, then the agent's metadata (`get_local_md`).
+//! The address bytes a NIXL backend puts in its descriptor ([`AddressWriter`]): magic `NXL3`,
+//! the agent's name, the region it registered, then the agent's metadata (`get_local_md`), sealed.
 //!
 //! The name is there so that connecting can tell, before NIXL loads anything, that the peer's
 //! agent has this agent's name or the name of another connected peer (NIXL refuses both, with
@@ -9,7 +9,7 @@
 use blockwire_core::kit::{AddressReader, AddressWriter};
 use blockwire_core::{BackendError, MAX_NAME_LEN, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"NXL2";
+const MAGIC: &[u8; 4] = b"NXL3";
 
 /// The longest agent metadata accepted from a peer (NIXL's is a few KiB per backend and
 /// registration).
@@ -31,12 +31,12 @@ pub(crate) fn encode(agent: &str, region: &RegisteredRegion, metadata: &[u8]) ->
         .bytes(agent.as_bytes())
         .region(region)
         .bytes(metadata)
-        .finish()
+        .sealed()
 }
 
 /// Decodes a peer's address.
 pub(crate) fn decode(bytes: &[u8]) -> Result<Address<'_>, BackendError> {
-    let mut r = AddressReader::new("nixl address", MAGIC, bytes)?;
+    let mut r = AddressReader::sealed("nixl address", MAGIC, bytes)?;
     let name = r.bytes("agent name", MAX_NAME_LEN)?;
     let agent = std::str::from_utf8(name).map_err(|_| r.bad("agent name is not UTF-8"))?;
     if agent.is_empty() || agent.contains('\0') {

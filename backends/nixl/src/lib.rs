@@ -89,7 +89,7 @@
 //!
 //! ## NIXL's own handshake (plain NIXL agents, vLLM's `NixlTransport`)
 //!
-//! A descriptor's address is `NXL2`, the agent's name, the region and the agent's metadata
+//! A descriptor's address is `NXL3`, the agent's name, the region and the agent's metadata
 //! exactly as NIXL's `getLocalMD` gives it. [`agent_metadata`] takes that metadata out of a
 //! descriptor (what a plain NIXL agent's `add_remote_agent` accepts), and
 //! [`descriptor_from_nixl`] makes a descriptor from a plain agent's metadata and the geometry

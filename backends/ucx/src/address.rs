@@ -1,10 +1,10 @@
 //! The ucx backend's address bytes: the UCP worker address, the packed remote key of the
-//! whole region, and the region that key covers.
+//! whole region, and the region that key covers, sealed ([`AddressWriter::sealed`]).
 
 use blockwire_core::kit::{AddressReader, AddressWriter};
 use blockwire_core::{BackendError, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"UCX2";
+const MAGIC: &[u8; 4] = b"UCX3";
 /// Bound on each part, far above what UCX produces (a few hundred bytes).
 const MAX_PART: usize = 1 << 20;
 
@@ -23,11 +23,11 @@ impl UcxAddress {
             .bytes(&self.worker)
             .bytes(&self.rkey)
             .region(&self.region)
-            .finish()
+            .sealed()
     }
 
     pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, BackendError> {
-        let mut r = AddressReader::new("ucx address", MAGIC, bytes)?;
+        let mut r = AddressReader::sealed("ucx address", MAGIC, bytes)?;
         let worker = r.bytes("worker address", MAX_PART)?;
         let rkey = r.bytes("remote key", MAX_PART)?;
         let region = r.region()?;

@@ -159,7 +159,9 @@ pub(crate) fn malformed_backend_address<F: Fixture>(fx: &F) {
 /// A descriptor whose region fields disagree with what its peer registered (block 0 shifted,
 /// a block more or fewer, or the same bytes split into other blocks) is refused at connect
 /// with a malformed-address error, on every backend: it would aim transfers at memory the
-/// peer never registered.
+/// peer never registered. So is one whose fields and the registration its address carries
+/// (where the address carries one, as [`blockwire_core::RegisteredRegion`]'s encoding) were
+/// both changed the same way: the fields agree with each other but not with the peer.
 ///
 /// Rules: R-ADD-REGISTERED.
 pub(crate) fn descriptor_disagreeing_with_registration<F: Fixture>(fx: &F) {
@@ -183,6 +185,23 @@ pub(crate) fn descriptor_disagreeing_with_registration<F: Fixture>(fx: &F) {
     d.num_blocks = 8;
     d.block_len = 2048;
     altered.push(("the region split into other blocks", d));
+    let encoded = |d: &PeerDescriptor| {
+        let mut out = Vec::new();
+        blockwire_core::RegisteredRegion {
+            base_addr: d.base_addr,
+            num_blocks: d.num_blocks,
+            block_len: d.block_len,
+        }
+        .encode(&mut out);
+        out
+    };
+    let mut d = truth.clone();
+    d.num_blocks += 1;
+    let (was, now) = (encoded(&truth), encoded(&d));
+    if let Some(at) = d.address.windows(was.len()).position(|w| w == was) {
+        d.address[at..at + now.len()].copy_from_slice(&now);
+    }
+    altered.push(("a block more, in the address's registration too", d));
     for (what, desc) in altered {
         let got = a.add_remote_peer(&"p".into(), &desc);
         assert!(

@@ -1,7 +1,23 @@
 //! [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read back
-//! with every length checked.
+//! with every length checked, and sealed with a digest of all of them.
+
+use sha2::{Digest, Sha256};
 
 use crate::{BackendError, BackendErrorKind, RegisteredRegion};
+
+/// Bytes of the seal [`AddressWriter::sealed`] appends.
+pub const SEAL_LEN: usize = 8;
+
+/// The seal of `bytes`: the first [`SEAL_LEN`] bytes of SHA-256 over a domain tag and them.
+fn seal(bytes: &[u8]) -> [u8; SEAL_LEN] {
+    let digest = Sha256::new()
+        .chain_update(b"blockwire address seal\0")
+        .chain_update(bytes)
+        .finalize();
+    let mut out = [0u8; SEAL_LEN];
+    out.copy_from_slice(&digest[..SEAL_LEN]);
+    out
+}
 
 /// Writes a backend address: a magic (the format's name and version), then fields in order:
 /// length-prefixed byte strings, integers, and the [`RegisteredRegion`] the address covers.
@@ -86,6 +102,30 @@ impl AddressWriter {
     pub fn finish(self) -> Vec<u8> {
         self.0
     }
+
+    /// The address bytes followed by their seal: a digest of every byte before it, which
+    /// [`AddressReader::sealed`] checks before reading a field. The address's parts then
+    /// cannot be altered or recombined without the reader noticing: a peer's opaque parts (a
+    /// worker address, a packed remote key) carry no check of their own, and the
+    /// [`RegisteredRegion`] beside them is what [`RegisteredRegion::check`] compares a
+    /// descriptor's fields with, so a descriptor whose region was changed in both places
+    /// consistently would otherwise aim transfers at memory the peer never registered. The
+    /// seal is an integrity check, not an authentication: whoever builds an address can seal
+    /// it.
+    ///
+    /// ```
+    /// use blockwire_core::kit::{AddressReader, AddressWriter, SEAL_LEN};
+    /// let bytes = AddressWriter::new(b"DEMO").u64(7).sealed();
+    /// assert_eq!(bytes.len(), 4 + 8 + SEAL_LEN);
+    /// assert_eq!(AddressReader::sealed("demo address", b"DEMO", &bytes)?.u64("key")?, 7);
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn sealed(self) -> Vec<u8> {
+        let mut bytes = self.0;
+        let seal = seal(&bytes);
+        bytes.extend_from_slice(&seal);
+        bytes
+    }
 }
 
 /// Reads a backend address that [`AddressWriter`] wrote, treating it as untrusted: a wrong
@@ -122,6 +162,45 @@ impl<'a> AddressReader<'a> {
             Some(rest) => Ok(AddressReader { rest, ..reader }),
             None => Err(reader.bad("bad magic")),
         }
+    }
+
+    /// A reader of an address [`AddressWriter::sealed`] wrote: `bytes` must start with
+    /// `magic` and end with the seal of every byte before it, else a
+    /// [`BackendErrorKind::MalformedAddress`] error (checked before any field is read).
+    ///
+    /// ```
+    /// use blockwire_core::{BackendErrorKind, RegisteredRegion, kit::{AddressReader, AddressWriter}};
+    /// let region = RegisteredRegion { base_addr: 4096, num_blocks: 2, block_len: 64 };
+    /// let mut bytes = AddressWriter::new(b"DEMO").bytes(b"key").region(&region).sealed();
+    /// let mut r = AddressReader::sealed("demo address", b"DEMO", &bytes)?;
+    /// assert_eq!((r.bytes("key", 8)?, r.region()?), (&b"key"[..], region));
+    /// r.finish()?;
+    ///
+    /// bytes[19] ^= 1; // 3 blocks, not 2, as the descriptor beside it might also claim
+    /// let e = AddressReader::sealed("demo address", b"DEMO", &bytes).expect_err("altered");
+    /// assert_eq!(e.kind(), BackendErrorKind::MalformedAddress);
+    /// assert!(e.message().contains("seal"), "{e}");
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn sealed(what: &'static str, magic: &[u8], bytes: &'a [u8]) -> Result<Self, BackendError> {
+        let reader = Self::new(what, magic, bytes)?;
+        let Some((body, tail)) = bytes
+            .len()
+            .checked_sub(magic.len() + SEAL_LEN)
+            .map(|_| bytes.split_at(bytes.len() - SEAL_LEN))
+        else {
+            return Err(reader.bad("seal truncated"));
+        };
+        if tail != seal(body) {
+            return Err(reader.bad(
+                "the seal does not match the address bytes (altered, cut, or assembled from \
+                 parts of different addresses)",
+            ));
+        }
+        Ok(AddressReader {
+            what,
+            rest: &body[magic.len()..],
+        })
     }
 
     /// A malformed-address error about this address.

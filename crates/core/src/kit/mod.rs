@@ -10,7 +10,7 @@
 //! - [`ProgressThread`]: a thread that drives a library's progress while nobody polls;
 //! - [`ProcessWatch`]: whether a peer's process is still the one that registered (pidfd);
 //! - [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read
-//!   back with every length checked;
+//!   back with every length checked, and sealed against alteration;
 //! - [`Inbox`]: the notifications that reached a transport, queued by sender until drained;
 //! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
 //!   sides, as runs a backend moves with one operation each.
@@ -25,7 +25,7 @@ pub mod process;
 mod progress;
 mod runs;
 
-pub use address::{AddressReader, AddressWriter};
+pub use address::{AddressReader, AddressWriter, SEAL_LEN};
 pub use cell::TransferCell;
 pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
