@@ -1,5 +1,6 @@
-//! The copy threads: a transfer is a job; a worker copies it chunk by chunk, checking between
-//! chunks whether it was asked to stop and whether the peer is still there.
+//! The copy threads: a transfer is a job; a worker cuts its runs into chunks ([`Chunks`]) and
+//! copies them one by one, checking between chunks whether it was asked to stop and whether
+//! the peer is still there.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +11,7 @@ use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::RwLockReadGuard;
 
+use crate::chunks::Chunks;
 use crate::lease::Lease;
 use crate::live::LiveRegion;
 use crate::mapping::PeerMapping;
@@ -75,8 +77,8 @@ pub(crate) struct Job {
 
 /// What a job does.
 pub(crate) enum Work {
-    /// Copies pieces of at most `chunk` bytes, grouped into chunks of at most `chunk` bytes.
-    Copy(Vec<Vec<Piece>>),
+    /// Copies these runs (blocks adjacent on both sides, one piece each), in order.
+    Copy(Vec<Piece>),
     /// Delivers a notification frame.
     Notify(Arc<[u8]>),
 }
@@ -89,7 +91,12 @@ pub(crate) struct CopyPool {
 }
 
 impl CopyPool {
-    pub(crate) fn new(threads: usize, kernel: CopyKernel) -> Result<Self, BackendError> {
+    /// `threads` workers, copying at most `chunk_bytes` between two checks.
+    pub(crate) fn new(
+        threads: usize,
+        kernel: CopyKernel,
+        chunk_bytes: usize,
+    ) -> Result<Self, BackendError> {
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let shutdown = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::with_capacity(threads);
@@ -98,7 +105,7 @@ impl CopyPool {
             let shutdown = shutdown.clone();
             let handle = std::thread::Builder::new()
                 .name(format!("blockwire-shm-copy-{i}"))
-                .spawn(move || worker(rx, shutdown, kernel))
+                .spawn(move || worker(rx, shutdown, kernel, chunk_bytes))
                 .map_err(|e| BackendError::other(format!("spawning a copy thread: {e}")))?;
             handles.push(handle);
         }
@@ -129,23 +136,37 @@ impl Drop for CopyPool {
     }
 }
 
-fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel) {
+fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chunk_bytes: usize) {
+    // The chunk being copied, reused by every job of this thread.
+    let mut chunk = Vec::new();
     for job in rx {
         let cell = &job.transfer.cell;
         if !cell.start() {
             continue; // stopped before it started
         }
-        match run(&job, &shutdown, kernel) {
+        let copy = Copying {
+            shutdown: &shutdown,
+            kernel,
+            chunk_bytes,
+        };
+        match run(&job, &copy, &mut chunk) {
             Ok(()) => cell.finish(),
             Err(reason) => cell.fail(reason),
         }
     }
 }
 
-fn run(job: &Job, shutdown: &AtomicBool, kernel: CopyKernel) -> Result<(), FailureReason> {
+/// How a worker copies.
+struct Copying<'a> {
+    shutdown: &'a AtomicBool,
+    kernel: CopyKernel,
+    chunk_bytes: usize,
+}
+
+fn run(job: &Job, how: &Copying<'_>, chunk: &mut Vec<Piece>) -> Result<(), FailureReason> {
     match &job.work {
-        Work::Copy(chunks) => copy(job, chunks, shutdown, kernel),
-        Work::Notify(frame) => notify(job, frame, shutdown),
+        Work::Copy(runs) => copy(job, runs, how, chunk),
+        Work::Notify(frame) => notify(job, frame, how.shutdown),
     }
 }
 
@@ -174,12 +195,15 @@ fn notify(job: &Job, frame: &[u8], shutdown: &AtomicBool) -> Result<(), FailureR
 
 fn copy(
     job: &Job,
-    chunks: &[Vec<Piece>],
-    shutdown: &AtomicBool,
-    kernel: CopyKernel,
+    runs: &[Piece],
+    how: &Copying<'_>,
+    chunk: &mut Vec<Piece>,
 ) -> Result<(), FailureReason> {
     let write = job.op == Op::Write;
-    for chunk in chunks {
+    let (shutdown, kernel) = (how.shutdown, how.kernel);
+    let mut chunks = Chunks::new(runs, how.chunk_bytes);
+    while chunks.next_into(chunk) {
+        let chunk: &[Piece] = chunk;
         if job.transfer.abort.load(Ordering::SeqCst) || shutdown.load(Ordering::SeqCst) {
             return Err(FailureReason::Aborted);
         }

@@ -121,6 +121,7 @@
 //! ```
 
 mod address;
+mod chunks;
 mod copier;
 mod lease;
 mod live;
@@ -148,7 +149,7 @@ use lease::Lease;
 use live::LiveRegion;
 use mapping::{NO_FD, PeerMapping, SharedRegion};
 use memcopy::CopyKernel;
-use process::{MAX_PIECES, Piece};
+use process::Piece;
 
 /// The backend kind written in descriptors.
 ///
@@ -187,7 +188,6 @@ pub struct ShmBackend {
     span: RegionSpan,
     live: Arc<LiveRegion>,
     address: ShmAddress,
-    chunk_bytes: usize,
     counts: LiveCounts,
     /// What a connecting peer in another process reads to check a descriptor (its address is
     /// in the descriptor). Wiped by `revoke`.
@@ -336,7 +336,7 @@ impl OpenBackend for ShmBackend {
         }
         let (pid, start_time) = blockwire_core::kit::process::current()
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
-        let pool = CopyPool::new(threads, kernel).map_err(open_err)?;
+        let pool = CopyPool::new(threads, kernel, chunk_bytes).map_err(open_err)?;
         let lease = Lease::create().map_err(open_err)?;
         let shared = SharedRegion::of(&span).map_err(open_err)?;
         let (region_fd, region_offset) = shared.as_ref().map_or((NO_FD, 0), SharedRegion::named);
@@ -371,7 +371,6 @@ impl OpenBackend for ShmBackend {
             span,
             live,
             address,
-            chunk_bytes,
             counts: LiveCounts::default(),
             identity,
             lease,
@@ -593,11 +592,9 @@ impl Backend for ShmBackend {
         remote: &[BlockIndex],
     ) -> Result<ShmXfer, BackendError> {
         let local_base = self.span.base().as_ptr() as usize;
-        let mut chunks = Vec::new();
-        let mut current: Vec<Piece> = Vec::new();
-        let mut current_bytes = 0;
-        // Blocks adjacent on both sides are one run, cut into pieces only at chunk ends (the
-        // chunks bound each copy, so runs need no bound of their own).
+        // Blocks adjacent on both sides are one run; the copy thread cuts runs into chunks
+        // (which bound each copy, so runs need no bound of their own). The post's cost grows
+        // with the runs, never with the bytes.
         let runs = blockwire_core::kit::checked_runs(
             &self.span,
             local,
@@ -605,30 +602,15 @@ impl Backend for ShmBackend {
             peer.num_blocks,
             usize::MAX,
         )?;
-        for run in runs {
-            // In range of a region whose end was checked to fit at connect.
-            let rbase = peer.base + run.remote as usize;
-            let lbase = local_base + run.local;
-            let mut off = 0;
-            while off < run.len {
-                let len = (self.chunk_bytes - current_bytes).min(run.len - off);
-                current.push(Piece {
-                    local: lbase + off,
-                    remote: rbase + off,
-                    len,
-                });
-                current_bytes += len;
-                off += len;
-                if current_bytes == self.chunk_bytes || current.len() == MAX_PIECES {
-                    chunks.push(std::mem::take(&mut current));
-                    current_bytes = 0;
-                }
-            }
-        }
-        if !current.is_empty() {
-            chunks.push(current);
-        }
-        self.submit(op, peer, Work::Copy(chunks))
+        // In range of a region whose end was checked to fit at connect.
+        let runs: Vec<Piece> = runs
+            .map(|run| Piece {
+                local: local_base + run.local,
+                remote: peer.base + run.remote as usize,
+                len: run.len,
+            })
+            .collect();
+        self.submit(op, peer, Work::Copy(runs))
     }
 
     fn notify(&self, peer: &ShmPeer, frame: &[u8]) -> Result<ShmXfer, BackendError> {
