@@ -137,6 +137,11 @@ impl Drop for CopyPool {
 }
 
 fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chunk_bytes: usize) {
+    let how = Copying {
+        shutdown: &shutdown,
+        kernel,
+        chunk_bytes,
+    };
     // The chunk being copied, reused by every job of this thread.
     let mut chunk = Vec::new();
     for job in rx {
@@ -144,12 +149,7 @@ fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chun
         if !cell.start() {
             continue; // stopped before it started
         }
-        let copy = Copying {
-            shutdown: &shutdown,
-            kernel,
-            chunk_bytes,
-        };
-        match run(&job, &copy, &mut chunk) {
+        match run(&job, &how, &mut chunk) {
             Ok(()) => cell.finish(),
             Err(reason) => cell.fail(reason),
         }

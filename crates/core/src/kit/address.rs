@@ -184,13 +184,10 @@ impl<'a> AddressReader<'a> {
     /// ```
     pub fn sealed(what: &'static str, magic: &[u8], bytes: &'a [u8]) -> Result<Self, BackendError> {
         let reader = Self::new(what, magic, bytes)?;
-        let Some((body, tail)) = bytes
-            .len()
-            .checked_sub(magic.len() + SEAL_LEN)
-            .map(|_| bytes.split_at(bytes.len() - SEAL_LEN))
-        else {
+        if bytes.len() < magic.len() + SEAL_LEN {
             return Err(reader.bad("seal truncated"));
-        };
+        }
+        let (body, tail) = bytes.split_at(bytes.len() - SEAL_LEN);
         if tail != seal(body) {
             return Err(reader.bad(
                 "the seal does not match the address bytes (altered, cut, or assembled from \
