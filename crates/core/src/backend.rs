@@ -44,6 +44,14 @@ pub struct Capabilities {
     /// say `true`; the conformance suite also runs the posting thread over any backend through
     /// its fault-injecting wrapper (`FaultPlan::defer_posts`).
     pub posts_in_caller: bool,
+    /// Every transfer's end rings the doorbell the backend was opened with
+    /// ([`crate::BackendOptions::doorbell`]): done, failed, aborted, its link cut, whatever
+    /// ends it, without anybody having to call [`Backend::state`] first (a
+    /// [`crate::kit::TransferCell`] made `with_doorbell` does it). The transport's
+    /// `poll_wait` then sleeps until a ring; without it, it polls at short intervals instead.
+    /// Say it only where it holds in every setting the backend was opened with: a missed
+    /// ring makes a waiter sleep until its timeout.
+    pub doorbell: bool,
 }
 
 /// Live resources of a backend, for tests and leak checks.

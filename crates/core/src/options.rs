@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::str::FromStr;
 use std::time::Duration;
 
-use crate::kit::Inbox;
+use crate::kit::{Doorbell, Inbox};
 use crate::{BackendError, BackendErrorKind};
 
 /// The default stall timeout of a transport (`blockwire::TransportOptions::stall_timeout`):
@@ -38,6 +38,9 @@ pub struct BackendOptions {
     /// The transport's name and inbox, which the transport sets: see
     /// [`BackendOptions::with_identity`].
     identity: Option<(String, Inbox)>,
+    /// The transport's doorbell, which the transport sets: see
+    /// [`BackendOptions::with_doorbell`].
+    doorbell: Option<Doorbell>,
 }
 
 impl BackendOptions {
@@ -114,6 +117,28 @@ impl BackendOptions {
         self.identity
             .as_ref()
             .map_or_else(Inbox::default, |(_, i)| i.clone())
+    }
+
+    /// With the doorbell the backend rings whenever one of its transfers ends (see
+    /// [`crate::Capabilities::doorbell`]), so the transport's `poll_wait` sleeps until there
+    /// is something to report. The transport passes it this way.
+    ///
+    /// ```
+    /// use blockwire_core::{BackendOptions, kit::Doorbell};
+    /// let bell = Doorbell::new();
+    /// let o = BackendOptions::new().with_doorbell(bell.clone());
+    /// assert_eq!(o.doorbell(), bell);
+    /// assert!(o.is_empty()); // not a key
+    /// ```
+    pub fn with_doorbell(mut self, doorbell: Doorbell) -> Self {
+        self.doorbell = Some(doorbell);
+        self
+    }
+
+    /// The doorbell to ring when a transfer ends: the transport's, or for a backend opened
+    /// without a transport, a fresh one nobody waits on.
+    pub fn doorbell(&self) -> Doorbell {
+        self.doorbell.clone().unwrap_or_default()
     }
 
     /// Parses `k=v,k=v` (empty input gives no options). A value may itself hold commas, as

@@ -4,6 +4,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU8, Ordering};
 
+use super::Doorbell;
 use crate::{FailureReason, XferState};
 
 const QUEUED: u8 = 0;
@@ -32,6 +33,8 @@ const FAILED: u8 = 3;
 pub struct TransferCell {
     state: AtomicU8,
     failure: Mutex<Option<FailureReason>>,
+    /// Rung when the transfer ends (see [`TransferCell::with_doorbell`]).
+    doorbell: Option<Doorbell>,
 }
 
 impl TransferCell {
@@ -60,6 +63,31 @@ impl TransferCell {
         TransferCell {
             state: AtomicU8::new(state),
             failure: Mutex::new(None),
+            doorbell: None,
+        }
+    }
+
+    /// The same cell, ringing `doorbell` when the transfer ends (once, whatever ends it): a
+    /// backend whose transfers all end through such cells can say
+    /// [`crate::Capabilities::doorbell`].
+    ///
+    /// ```
+    /// use blockwire_core::kit::{Doorbell, TransferCell};
+    /// let bell = Doorbell::new();
+    /// let cell = TransferCell::running().with_doorbell(bell.clone());
+    /// cell.finish();
+    /// cell.finish(); // over already: no second ring
+    /// assert_eq!(bell.rung(), 1);
+    /// ```
+    pub fn with_doorbell(mut self, doorbell: Doorbell) -> Self {
+        self.doorbell = Some(doorbell);
+        self
+    }
+
+    /// Rings the doorbell, if any: the transfer just ended.
+    fn ended(&self) {
+        if let Some(bell) = &self.doorbell {
+            bell.ring();
         }
     }
 
@@ -99,6 +127,10 @@ impl TransferCell {
         if stopped {
             *failure = Some(why);
         }
+        drop(failure);
+        if stopped {
+            self.ended();
+        }
         stopped
     }
 
@@ -127,11 +159,16 @@ impl TransferCell {
         // Under the failure lock: a failure noted concurrently is seen or comes too late.
         let failure = self.failure();
         let end = if failure.is_some() { FAILED } else { DONE };
-        let _ = self
+        let ended = self
             .state
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |s| {
                 (s == QUEUED || s == RUNNING).then_some(end)
-            });
+            })
+            .is_ok();
+        drop(failure);
+        if ended {
+            self.ended();
+        }
     }
 
     /// Notes `why` and ends the transfer (failed, unless it had ended already).

@@ -3,6 +3,7 @@
 //!
 //! - [`TransferCell`]: one transfer's outcome (running, done, or failed with its first
 //!   failure), set by whatever completes it and read by `Backend::state`;
+//! - [`Doorbell`]: rung when a transfer ends, for a caller that waits for completions;
 //! - [`CuttableLink`]: a connection that posts hold and a cut takes, failing the transfers
 //!   posted through it;
 //! - [`PostedTransfers`]: the transfers posted to one peer, for a cut;
@@ -17,6 +18,7 @@
 
 mod address;
 mod cell;
+mod doorbell;
 mod inbox;
 mod link;
 mod live;
@@ -27,6 +29,7 @@ mod runs;
 
 pub use address::{AddressReader, AddressWriter, SEAL_LEN};
 pub use cell::TransferCell;
+pub use doorbell::Doorbell;
 pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};

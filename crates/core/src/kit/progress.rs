@@ -57,7 +57,49 @@ impl ProgressThread {
     pub fn spawn(
         name: &str,
         idle_sleep: Duration,
+        progress: impl FnMut() -> usize + Send + 'static,
+    ) -> std::io::Result<Self> {
+        Self::spawn_with(name, idle_sleep, progress, || true)
+    }
+
+    /// Like [`ProgressThread::spawn`], for work that only comes when someone brings it (and
+    /// [`ProgressThread::kick`]s the thread after): while `pending` says there is none, the
+    /// thread sleeps until kicked instead of waking every `idle_sleep` to find nothing. A
+    /// kick between `pending`'s answer and the sleep is not lost.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    /// let queued = Arc::new(AtomicUsize::new(0));
+    /// let (q, p) = (queued.clone(), queued.clone());
+    /// let t = blockwire_core::kit::ProgressThread::spawn_on_demand(
+    ///     "doc",
+    ///     Default::default(),
+    ///     move || q.swap(0, Ordering::AcqRel), // handles what was queued
+    ///     move || p.load(Ordering::Acquire) > 0,
+    /// )?;
+    /// queued.fetch_add(3, Ordering::AcqRel);
+    /// t.kick();
+    /// while queued.load(Ordering::Acquire) > 0 {
+    ///     std::thread::yield_now();
+    /// }
+    /// drop(t);
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn spawn_on_demand(
+        name: &str,
+        idle_sleep: Duration,
+        progress: impl FnMut() -> usize + Send + 'static,
+        pending: impl Fn() -> bool + Send + 'static,
+    ) -> std::io::Result<Self> {
+        Self::spawn_with(name, idle_sleep, progress, pending)
+    }
+
+    fn spawn_with(
+        name: &str,
+        idle_sleep: Duration,
         mut progress: impl FnMut() -> usize + Send + 'static,
+        pending: impl Fn() -> bool + Send + 'static,
     ) -> std::io::Result<Self> {
         let idle_sleep = if idle_sleep.is_zero() {
             DEFAULT_IDLE_SLEEP
@@ -72,6 +114,13 @@ impl ProgressThread {
                 let mut idle: u32 = 0;
                 while !flag.load(Ordering::Acquire) {
                     if progress() > 0 {
+                        idle = 0;
+                        continue;
+                    }
+                    if !pending() {
+                        // Until kicked (or stopped): an unpark since `pending` answered makes
+                        // this return at once.
+                        std::thread::park();
                         idle = 0;
                         continue;
                     }
