@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use blockwire_core::FailureReason;
-use blockwire_core::kit::TransferCell;
+use blockwire_core::kit::{Doorbell, TransferCell};
 use libfabric_sys::*;
 use parking_lot::Mutex;
 
@@ -33,14 +33,16 @@ impl AsRef<TransferCell> for Transfer {
 }
 
 impl Transfer {
-    pub(crate) fn new() -> Arc<Self> {
-        Self::carrying(Box::default())
+    /// A transfer ringing `doorbell` when it ends.
+    pub(crate) fn new(doorbell: &Doorbell) -> Arc<Self> {
+        Self::carrying(Box::default(), doorbell)
     }
 
-    /// A transfer whose operations send `payload` (see [`Transfer::payload`]).
-    pub(crate) fn carrying(payload: Box<[u8]>) -> Arc<Self> {
+    /// A transfer whose operations send `payload` (see [`Transfer::payload`]), ringing
+    /// `doorbell` when it ends.
+    pub(crate) fn carrying(payload: Box<[u8]>, doorbell: &Doorbell) -> Arc<Self> {
         Arc::new(Transfer {
-            cell: TransferCell::running(),
+            cell: TransferCell::running().with_doorbell(doorbell.clone()),
             pending: AtomicUsize::new(0),
             posted_all: AtomicBool::new(false),
             payload,

@@ -143,7 +143,7 @@ pub use reap::{ReapReport, reap_stale_shm_files};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blockwire_core::kit::{self, Live, LiveCounts};
+use blockwire_core::kit::{self, Doorbell, Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, DEFAULT_STALL_TIMEOUT, Error, Op, OpenBackend, PeerDescriptor, RegionSpan,
@@ -170,6 +170,8 @@ pub struct OfiBackend {
     counts: LiveCounts,
     /// The remote endpoints, one address-vector entry each.
     links: Links,
+    /// Rung by every transfer's cell when it ends.
+    doorbell: Doorbell,
 }
 
 /// A connected peer: the link to its endpoint and the key of its region.
@@ -247,6 +249,7 @@ impl OpenBackend for OfiBackend {
         // `Capabilities::remote_disconnect` promises its transfers fail in bounded time.
         let give_up_after = options.stall_timeout().unwrap_or(DEFAULT_STALL_TIMEOUT) / 2;
         let inbox = options.inbox();
+        let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
         let settings = Settings {
             give_up_after,
@@ -269,6 +272,7 @@ impl OpenBackend for OfiBackend {
             fabric,
             counts: LiveCounts::default(),
             links: Links::default(),
+            doorbell,
         })
     }
 }
@@ -334,6 +338,9 @@ impl Backend for OfiBackend {
         // Its post may move data in the caller's thread (the tcp provider writes a large message to the socket inside `fi_writemsg`): the
         // transport posts on its posting thread, so the caller never waits for the data.
         c.posts_in_caller = true;
+        // Every transfer ends in its cell (its last operation's completion, a cut, an
+        // endpoint closed under it), which rings.
+        c.doorbell = true;
         c
     }
 
@@ -413,7 +420,7 @@ impl Backend for OfiBackend {
             })
             .collect();
         let fabric = &self.fabric;
-        let transfer = Transfer::new();
+        let transfer = Transfer::new(&self.doorbell);
         // SAFETY: the link's endpoint (or the backend's) is live while the link is held; the
         // local blocks stay valid until the backend is dropped, after this transfer is
         // released; the remote ranges lie inside the peer's registered region (indices
@@ -432,7 +439,7 @@ impl Backend for OfiBackend {
             key: peer.key,
         };
         let ops = notify::operations(&self.fabric, frame, probe)?;
-        let transfer = Transfer::carrying(frame.into());
+        let transfer = Transfer::carrying(frame.into(), &self.doorbell);
         // SAFETY: as in `post`: the send reads the transfer's own payload; the probe is a
         // zero-length write at the start of the peer's registered region.
         unsafe { post::submit(&self.fabric, &peer.link, &transfer, ops) }?;

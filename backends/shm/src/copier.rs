@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use blockwire_core::kit::TransferCell;
+use blockwire_core::kit::{Doorbell, TransferCell};
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::RwLockReadGuard;
@@ -46,9 +46,10 @@ pub(crate) struct CopyTransfer {
 }
 
 impl CopyTransfer {
-    pub(crate) fn new() -> Arc<Self> {
+    /// A transfer ringing `doorbell` when it ends.
+    pub(crate) fn new(doorbell: Doorbell) -> Arc<Self> {
         Arc::new(CopyTransfer {
-            cell: TransferCell::queued(),
+            cell: TransferCell::queued().with_doorbell(doorbell),
             abort: AtomicBool::new(false),
         })
     }

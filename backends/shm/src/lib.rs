@@ -136,7 +136,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use blockwire_core::kit::{Live, LiveCounts};
+use blockwire_core::kit::{Doorbell, Live, LiveCounts};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
@@ -203,6 +203,8 @@ pub struct ShmBackend {
     listener: notify::Listener,
     /// Dropped after `Drop::drop` deregistered the region; joins the copy threads.
     pool: CopyPool,
+    /// Rung by every transfer's cell when it ends.
+    doorbell: Doorbell,
 }
 
 /// The record a peer in another process reads at connect: a descriptor names a process and an
@@ -327,6 +329,7 @@ impl OpenBackend for ShmBackend {
             .map_err(open_err)?
             .unwrap_or(true);
         let inbox = options.inbox();
+        let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
         if threads == 0 || chunk_bytes == 0 {
             return Err(open_err(BackendError::new(
@@ -378,6 +381,7 @@ impl OpenBackend for ShmBackend {
             map_peers,
             listener,
             pool,
+            doorbell,
         })
     }
 }
@@ -509,7 +513,7 @@ impl ShmBackend {
 
 impl ShmBackend {
     fn submit(&self, op: Op, peer: &ShmPeer, work: Work) -> Result<ShmXfer, BackendError> {
-        let transfer = CopyTransfer::new();
+        let transfer = CopyTransfer::new(self.doorbell.clone());
         self.pool.submit(Job {
             transfer: transfer.clone(),
             op,
@@ -549,6 +553,8 @@ impl Backend for ShmBackend {
         c.notifications = true;
         // A post only hands a job to the copy threads: it is cheap in the caller's thread.
         c.posts_in_caller = false;
+        // Every transfer ends in its cell, which rings.
+        c.doorbell = true;
         c
     }
 

@@ -57,7 +57,7 @@
 //! (`revoke`) nothing is delivered: arrivals during the teardown are answered "closed", and
 //! the destroyed worker answers nothing (the sender fails by endpoint error or stall cut). A
 //! backend opened before its transport ([`UcxBackend::open_allocated`]) is given the
-//! transport's inbox with [`UcxBackend::adopt_inbox`].
+//! transport's inbox (and doorbell) with [`UcxBackend::adopt_transport`].
 //!
 //! ## Options
 //!
@@ -123,11 +123,12 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI8, Ordering};
 
-use blockwire_core::kit::{self, CuttableLink, LinkHold, Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{self, CuttableLink, Doorbell, LinkHold, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
 };
+use parking_lot::Mutex;
 use ucx_sys::*;
 
 use address::UcxAddress;
@@ -150,6 +151,9 @@ pub struct UcxBackend {
     peer_errors: bool,
     /// Close revokes every peer's access (see the crate docs).
     revokes: bool,
+    /// Rung when a transfer ends: the transport's, once adopted
+    /// ([`UcxBackend::adopt_transport`]).
+    doorbell: Mutex<Doorbell>,
 }
 
 /// A connected peer: an endpoint and the unpacked remote key of its region.
@@ -187,6 +191,9 @@ unsafe impl Sync for UcxPeer {}
 struct PeerHealth {
     /// `UCS_OK` while healthy, else the status the error callback reported.
     status: AtomicI8,
+    /// Rung when the endpoint fails: a notification awaiting its acknowledgement then fails
+    /// at its next check.
+    doorbell: Doorbell,
 }
 
 /// A posted transfer (or notification).
@@ -261,6 +268,7 @@ unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: uc
     // SAFETY: `arg` is the `PeerHealth` the peer keeps alive until its endpoint is closed.
     let health = unsafe { &*(arg as *const PeerHealth) };
     health.status.store(status, Ordering::Release);
+    health.doorbell.ring();
     tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
 }
 
@@ -326,21 +334,31 @@ impl UcxBackend {
         Ok((backend, span))
     }
 
-    /// Hands arriving notifications to the inbox in `options` from now on: for a backend
-    /// opened before its transport ([`UcxBackend::open_allocated`], whose region the
-    /// transport then wraps), with the options the transport passes to
-    /// `BlockTransport::open_with`'s closure. Nothing else in `options` is read.
+    /// Hands arriving notifications to the inbox in `options`, and rings the doorbell in
+    /// them when a transfer ends, from now on: for a backend opened before its transport
+    /// ([`UcxBackend::open_allocated`], whose region the transport then wraps), with the
+    /// options the transport passes to `BlockTransport::open_with`'s closure. Nothing else in
+    /// `options` is read.
     ///
     /// ```
-    /// use blockwire_core::{BackendOptions, Backend, kit::Inbox};
+    /// use blockwire_core::{BackendOptions, Backend, kit::{Doorbell, Inbox}};
     /// let (b, _span) = blockwire_ucx::UcxBackend::open_allocated(2, 4096, BackendOptions::new())?;
     /// let inbox = Inbox::new(8);
-    /// b.adopt_inbox(&BackendOptions::new().with_identity("t", inbox.clone()));
+    /// let transport_options = BackendOptions::new()
+    ///     .with_identity("t", inbox.clone())
+    ///     .with_doorbell(Doorbell::new());
+    /// b.adopt_transport(&transport_options);
     /// assert!(b.capabilities().notifications);
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
-    pub fn adopt_inbox(&self, options: &BackendOptions) {
+    pub fn adopt_transport(&self, options: &BackendOptions) {
         self.ucx.notifier().set_inbox(options.inbox());
+        *self.doorbell.lock() = options.doorbell();
+    }
+
+    /// The doorbell its transfers ring.
+    fn doorbell(&self) -> Doorbell {
+        self.doorbell.lock().clone()
     }
 
     fn open_memory(memory: Memory, mut options: BackendOptions) -> Result<Self, Error> {
@@ -372,6 +390,7 @@ impl UcxBackend {
             .map_err(open_err)?
             .unwrap_or(true);
         let inbox = options.inbox();
+        let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
         // A same-host peer writes straight into memory UCX allocated, over any shared-memory
         // transport UCX may choose (see the crate docs).
@@ -401,6 +420,7 @@ impl UcxBackend {
             counts: LiveCounts::default(),
             peer_errors,
             revokes,
+            doorbell: Mutex::new(doorbell),
         })
     }
 }
@@ -423,6 +443,11 @@ impl Backend for UcxBackend {
         // Its post may move data in the caller's thread (UCX over TCP sends a large put or get inside `ucp_put_nbx`): the
         // transport posts on its posting thread, so the caller never waits for the data.
         c.posts_in_caller = true;
+        // Every transfer ends in its cell (its flush's callback, a notification's
+        // acknowledgement, a cut), which rings; a failed endpoint rings for the notifications
+        // awaiting an acknowledgement. With `progress=caller` nothing ends unless somebody
+        // calls `state`.
+        c.doorbell = self.ucx.mode == ProgressMode::Thread;
         c
     }
 
@@ -441,6 +466,7 @@ impl Backend for UcxBackend {
         let worker = self.ucx.worker().ok_or_else(revoked)?;
         let health = Arc::into_raw(Arc::new(PeerHealth {
             status: AtomicI8::new(UCS_OK),
+            doorbell: self.doorbell(),
         }));
         let params = ucp_ep_params_t {
             field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
@@ -520,7 +546,7 @@ impl Backend for UcxBackend {
             peer.num_blocks,
             kit::DEFAULT_MAX_RUN_BYTES,
         )?;
-        let shared = Arc::new(TransferCell::running());
+        let shared = Arc::new(TransferCell::running().with_doorbell(self.doorbell()));
         let plain = ucp_request_param_t::default();
         for (i, run) in runs.enumerate() {
             // SAFETY: `run.local` is inside the region (checked by `checked_runs`).

@@ -46,7 +46,7 @@ fn open_allocated(setting: &str, name: &str) -> Result<T> {
     // region; the region never frees it.
     let region = unsafe { Region::from_raw_parts(span.base().as_ptr(), 4, 4096)? };
     BlockTransport::open_with(region, opts, |_, transport_options| {
-        backend.adopt_inbox(&transport_options);
+        backend.adopt_transport(&transport_options);
         Ok(backend)
     })
 }

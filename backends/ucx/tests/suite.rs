@@ -32,8 +32,8 @@ impl Fixture for Allocated {
         };
         let options = spec.options(BackendOptions::new());
         let transport = BlockTransport::open_with(region, options, |_, transport_options| {
-            // The backend was opened before the transport made its inbox.
-            backend.adopt_inbox(&transport_options);
+            // The backend was opened before the transport made its inbox and doorbell.
+            backend.adopt_transport(&transport_options);
             Ok(backend)
         })?;
         Ok(Opened {

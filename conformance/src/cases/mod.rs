@@ -17,6 +17,7 @@ mod runs;
 mod target;
 mod telemetry;
 mod validation;
+mod waiting;
 
 use crate::{Case, Fixture, Needs};
 
@@ -106,6 +107,9 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(polling::scoped_to_peer, PLAIN),
         case!(polling::none_drains_every_peer, PLAIN),
         case!(polling::unknown_peer_is_empty, PLAIN),
+        case!(waiting::wakes_for_its_peer_only, PLAIN),
+        case!(waiting::times_out_then_reports_the_end, FAULTS),
+        case!(waiting::close_ends_the_wait, FAULTS),
         case!(cancel::immediate_forgets_ids, PLAIN),
         case!(cancel::wait_keeps_running_transfer, FAULTS),
         case!(cancel::wait_releases_finished_transfer, PLAIN),

@@ -129,8 +129,8 @@ pub fn open_allocated(
         let region =
             unsafe { Region::from_raw_parts(span.base().as_ptr(), num_blocks, block_len)? };
         return BlockTransport::open_with(region, options, |_, transport_options| {
-            // The backend was opened before the transport made its inbox.
-            ucx.adopt_inbox(&transport_options);
+            // The backend was opened before the transport made its inbox and doorbell.
+            ucx.adopt_transport(&transport_options);
             Ok(ucx)
         })
         .map(AnyTransport::Ucx);

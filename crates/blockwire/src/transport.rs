@@ -6,6 +6,7 @@ use blockwire_core::{
     PollResult, Result, TransferId,
 };
 use enum_dispatch::enum_dispatch;
+use std::time::Duration;
 
 use crate::{Region, Registration, TelemetrySnapshot};
 // enum_dispatch writes the dispatching impl here, naming the enum and its variants' types.
@@ -49,6 +50,7 @@ use crate::{AnyTransport, BlockTransport};
 /// | `R-ID-ONCE` | [`poll`](Transport::poll), [`cancel`](Transport::cancel) | every id is reported exactly once: done, failed (with a reason: peer removed, remote disconnect, aborted, backend error, failed state check), or taken by a cancel |
 /// | `R-POLL-PEER` | [`poll`](Transport::poll)`(Some(peer))` | drains only that peer's finished transfers (another session's completions stay for its own poll); a peer with nothing, or never added, is empty, not an error; never blocks |
 /// | `R-POLL-ALL` | [`poll`](Transport::poll)`(None)` | drains every peer's finished transfers (shutdown) |
+/// | `R-POLL-WAIT` | [`poll_wait`](Transport::poll_wait) | drains as `poll` does, for one peer or all; when that drain has nothing to report (no id, no peer fault) while transfers it covers are in flight, sleeps until one of the transport's transfers ends (or a remove, cancel or close), then drains again, until something is reported or the timeout passes; returns at once, empty, when none is in flight; never reports an id twice nor one another peer's poll would; `Err(Closed)` once closed, also for a wait a close ends |
 /// | `R-IN-FLIGHT` | [`in_flight`](Transport::in_flight) | transfers posted and not yet reported nor taken by a cancel, to one peer or to all |
 /// | `R-CANCEL-IMMEDIATE` | [`cancel`](Transport::cancel)`(ids, Immediate)` | forgets the known ids and returns `[]`; the backend may still move bytes, and its handle is released once it stops (a poll reaps it); until then it counts in `backend_stats().live_transfers`, even while the posting thread is still handing it to the backend |
 /// | `R-CANCEL-WAIT` | [`cancel`](Transport::cancel)`(ids, Wait)` | asks running transfers to stop, releases only those that have stopped, and returns the ids still running (poll until each surfaces); once an id is no longer returned, no byte of it lands; unknown ids are ignored |
@@ -331,6 +333,41 @@ pub trait Transport: Send + Sync {
     /// # Ok::<(), blockwire::Error>(())
     /// ```
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult>;
+
+    /// [`poll`](Transport::poll), waiting up to `timeout` for something to report: when the
+    /// drain finds nothing (no transfer done or failed, no peer fault) while transfers of
+    /// `peer` (of any peer, with `None`) are in flight, the calling thread sleeps until a
+    /// transfer ends and drains again, until there is something to report or `timeout` has
+    /// passed; then it returns what it drained, maybe nothing. With nothing in flight it
+    /// returns at once. Everything `poll` promises holds: only that peer's transfers, each id
+    /// once, the peer's fault on every scoped drain.
+    ///
+    /// For a caller with nothing else to do until a transfer ends (a driver thread, a
+    /// shutdown drain, a Python caller): it costs no CPU while it waits, where a loop of
+    /// `poll` and short sleeps takes a core from the threads moving the data. A backend that
+    /// says [`Capabilities::doorbell`](crate::Capabilities::doorbell) wakes it when a transfer
+    /// ends (shm, ucx, libfabric); with another it drains again after short naps (from 20 µs,
+    /// growing to 1 ms while nothing ends). A close from another thread ends the wait with
+    /// `Err(Closed)`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use blockwire::{open, PeerId, Region, Transport, TransportOptions};
+    /// let a = open("shm", Region::new(4, 4096)?, TransportOptions::default())?;
+    /// let b = open("shm", Region::new(4, 4096)?, TransportOptions::default())?;
+    /// let p = PeerId::from("b");
+    /// a.add_remote_peer(&p, &b.descriptor()?)?;
+    /// let id = a.write_blocks(&p, &[0, 1], &[2, 3])?;
+    /// let mut done = Vec::new();
+    /// while !done.contains(&id) {
+    ///     // Sleeps until the transfer ends (at most a second per call).
+    ///     done.extend(a.poll_wait(Some(&p), Duration::from_secs(1))?.done);
+    /// }
+    /// // Nothing in flight: returns at once, empty.
+    /// assert!(a.poll_wait(Some(&p), Duration::from_secs(60))?.is_empty());
+    /// # Ok::<(), blockwire::Error>(())
+    /// ```
+    fn poll_wait(&self, peer: Option<&PeerId>, timeout: Duration) -> Result<PollResult>;
 
     /// Cancels transfers. [`CancelMode::Immediate`] stops tracking each known id and returns
     /// `[]` (the backend may keep moving bytes for a while; its resources are released once

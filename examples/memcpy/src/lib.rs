@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::thread::JoinHandle;
 
-use blockwire_core::kit::{Delivery, Inbox, Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{Delivery, Doorbell, Inbox, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex, BlockPair,
     Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan,
@@ -57,6 +57,8 @@ pub struct MemcpyBackend {
     /// The copy thread's queue (closed, then the thread joined, on drop).
     jobs: Option<Sender<Job>>,
     copier: Option<JoinHandle<()>>,
+    /// Rung by each transfer's cell when it ends (the transport's `poll_wait` sleeps on it).
+    doorbell: Doorbell,
 }
 
 /// A posted transfer: its outcome, which the copy thread sets.
@@ -135,6 +137,7 @@ impl OpenBackend for MemcpyBackend {
 
     unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self> {
         let inbox = options.inbox();
+        let doorbell = options.doorbell();
         options
             .finish(Self::KIND)
             .map_err(Error::opening(Self::KIND))?;
@@ -162,6 +165,7 @@ impl OpenBackend for MemcpyBackend {
             counts: LiveCounts::default(),
             jobs: Some(jobs),
             copier: Some(copier),
+            doorbell,
         })
     }
 }
@@ -178,6 +182,8 @@ impl Backend for MemcpyBackend {
         let mut c = Capabilities::default();
         (c.read, c.remote_disconnect, c.revoke) = (true, true, true);
         c.notifications = true;
+        // Every transfer ends in its cell, made `with_doorbell`.
+        c.doorbell = true;
         c
     }
 
@@ -288,7 +294,7 @@ impl MemcpyBackend {
                 "the peer closed",
             ));
         }
-        let cell = Arc::new(TransferCell::queued());
+        let cell = Arc::new(TransferCell::queued().with_doorbell(self.doorbell.clone()));
         let job = Job {
             cell: cell.clone(),
             op,

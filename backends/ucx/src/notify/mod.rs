@@ -280,7 +280,7 @@ pub(crate) fn send(
     // Held through the send: the endpoint is the worker's.
     let worker = ucx.worker().ok_or_else(crate::revoked)?;
     let notifier = ucx.notifier();
-    let shared = Arc::new(TransferCell::running());
+    let shared = Arc::new(TransferCell::running().with_doorbell(backend.doorbell()));
     // Expected before it is sent: the acknowledgement may come before the send returns.
     let seq = notifier.expect(&shared);
     let mut bytes = Vec::with_capacity(SEQ_LEN + frame.len());

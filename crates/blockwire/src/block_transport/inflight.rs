@@ -373,6 +373,8 @@ pub(crate) struct Inflight<B: Backend> {
 pub(crate) struct Drained<B: Backend> {
     pub(crate) result: PollResult,
     pub(crate) released: Vec<Released<B>>,
+    /// A transfer had ended but the backend could not release it yet.
+    pub(crate) unreleased: bool,
 }
 
 impl<B: Backend> Inflight<B> {
@@ -420,6 +422,7 @@ impl<B: Backend> Inflight<B> {
         let mut out = Drained {
             result: PollResult::default(),
             released: Vec::new(),
+            unreleased: false,
         };
         let mut emptied = Vec::new();
         for (peer, entry) in entries {
@@ -460,6 +463,7 @@ impl<B: Backend> Inflight<B> {
                     Err(t) => {
                         tracing::debug!(transfer = %id, %peer, "stopped transfer not yet releasable");
                         guard.tracked.insert(id, t);
+                        out.unreleased = true;
                     }
                 }
             }
@@ -543,6 +547,11 @@ impl<B: Backend> Inflight<B> {
                 }
             }
         }
+    }
+
+    /// See `TransportOptions::stall_timeout`.
+    pub(crate) fn stall_timeout(&self) -> Option<Duration> {
+        self.stall_timeout
     }
 
     /// Transfers posted and not yet reported (or taken by a cancel), of `peer` or of every

@@ -4,13 +4,14 @@ mod inflight;
 mod peers;
 mod posting;
 mod validate;
+mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use blockwire_core::kit::{Inbox, InboxStats};
+use blockwire_core::kit::{Doorbell, Inbox, InboxStats};
 use blockwire_core::{
     Backend, BackendStats, BlockIndex, CancelMode, Capabilities, Error, Notification, Op,
     OpenBackend, PeerDescriptor, PeerId, PollResult, RegionSpan, Result, TransferId, TransferKind,
@@ -66,6 +67,9 @@ struct Shared<B: Backend> {
     name: String,
     /// Notifications that reached this transport, until drained.
     inbox: Inbox,
+    /// Rung when a transfer ends (by the backend, where it says `Capabilities::doorbell`, and
+    /// by the transport where it ends one itself), for `poll_wait`.
+    doorbell: Doorbell,
     /// See `TransportOptions::telemetry`.
     telemetry: Option<Arc<Telemetry>>,
     close_timeout: Duration,
@@ -141,10 +145,12 @@ impl<B: Backend> BlockTransport<B> {
             None => blockwire_core::unique_name(),
         };
         let inbox = Inbox::new(options.notification_capacity);
+        let doorbell = Doorbell::new();
         let backend_options = options
             .backend
             .with_stall_timeout(options.stall_timeout)
-            .with_identity(name.clone(), inbox.clone());
+            .with_identity(name.clone(), inbox.clone())
+            .with_doorbell(doorbell.clone());
         let backend = Arc::new(make(region.span(), backend_options)?);
         let telemetry = options
             .telemetry
@@ -160,6 +166,7 @@ impl<B: Backend> BlockTransport<B> {
             fingerprint,
             name,
             inbox,
+            doorbell,
             telemetry,
             close_timeout: options.close_timeout,
             max_failures: options.max_consecutive_failures,
@@ -189,6 +196,7 @@ impl<B: Backend> BlockTransport<B> {
                         &rx,
                         &poster_shared.closed,
                         &poster_shared.in_post,
+                        &poster_shared.doorbell,
                     );
                 })
                 .map_err(|e| Error::Os {
@@ -305,6 +313,9 @@ impl<B: Backend> BlockTransport<B> {
             // Removed while we posted: stop it like the transfers remove already saw.
             s.inflight.abort_peer(&s.backend, &conn);
         }
+        // A transfer the backend finished inside the post rang before it was tracked: a
+        // `poll_wait` in another thread that drained in between is woken to see it.
+        s.doorbell.ring();
         tracing::trace!(
             transfer = %id,
             %peer,
@@ -357,6 +368,7 @@ impl<B: Backend> BlockTransport<B> {
         if conn.is_retired() {
             s.inflight.abort_peer(&s.backend, &conn);
         }
+        s.doorbell.ring();
         tracing::trace!(transfer = %id, %peer, len = message.len(), "notification submitted");
         Ok(id)
     }
@@ -427,6 +439,26 @@ impl<B: Backend> BlockTransport<B> {
                 "close: the posting thread is still inside a post; leaving it to finish on its own"
             );
         }
+    }
+}
+
+impl<B: Backend> BlockTransport<B> {
+    /// `poll`'s drain, and whether a transfer it found ended could not be released yet (the
+    /// backend said busy: it will be reported once released, with no ring to announce it).
+    fn drain(&self, peer: Option<&PeerId>) -> Result<(PollResult, bool)> {
+        let s = &*self.shared;
+        let _gate = s.open()?;
+        let mut drained = s.inflight.poll(&s.backend, peer);
+        drop(drained.released);
+        // Each peer's list is in id order; `poll(None)` joins several.
+        drained.result.done.sort_unstable();
+        drained.result.failed.sort_unstable_by_key(|(id, _)| *id);
+        drained.result.records.sort_unstable_by_key(|r| r.id);
+        // After the drain: a verdict it reached is reported at once.
+        drained.result.peer_fault = peer
+            .and_then(|p| s.peers.lock().get(p))
+            .and_then(|conn| conn.current_fault());
+        Ok((drained.result, drained.unreleased))
     }
 }
 
@@ -661,6 +693,8 @@ impl<B: Backend> Transport for BlockTransport<B> {
                 if let Some(conn) = conn {
                     s.retire(conn);
                 }
+                // A waiter on this peer re-polls: its transfers now end `PeerRemoved`.
+                s.doorbell.ring();
                 Ok(())
             }
         }
@@ -728,19 +762,41 @@ impl<B: Backend> Transport for BlockTransport<B> {
     }
 
     fn poll(&self, peer: Option<&PeerId>) -> Result<PollResult> {
+        self.drain(peer).map(|(result, _)| result)
+    }
+
+    fn poll_wait(&self, peer: Option<&PeerId>, timeout: Duration) -> Result<PollResult> {
         let s = &*self.shared;
-        let _gate = s.open()?;
-        let mut drained = s.inflight.poll(&s.backend, peer);
-        drop(drained.released);
-        // Each peer's list is in id order; `poll(None)` joins several.
-        drained.result.done.sort_unstable();
-        drained.result.failed.sort_unstable_by_key(|(id, _)| *id);
-        drained.result.records.sort_unstable_by_key(|r| r.id);
-        // After the drain: a verdict it reached is reported at once.
-        drained.result.peer_fault = peer
-            .and_then(|p| s.peers.lock().get(p))
-            .and_then(|conn| conn.current_fault());
-        Ok(drained.result)
+        let deadline = Instant::now().checked_add(timeout);
+        let rings = s.backend.capabilities().doorbell;
+        let mut nap = wait::FIRST_NAP;
+        loop {
+            // Read before the drain: a transfer that ends after it rings past this.
+            let seen = s.doorbell.rung();
+            let (result, unreleased) = self.drain(peer)?;
+            if !result.is_empty() || result.peer_fault.is_some() {
+                return Ok(result);
+            }
+            let now = Instant::now();
+            if s.inflight.count(peer) == 0 || deadline.is_some_and(|d| now >= d) {
+                return Ok(result);
+            }
+            let wake = if rings && !unreleased {
+                // Only the stall watchdog, which runs inside a drain, needs a drain without a
+                // ring.
+                wait::recheck(s.inflight.stall_timeout()).and_then(|r| now.checked_add(r))
+            } else {
+                // No ring to wait for: poll again after a nap that grows while nothing ends.
+                let at = now.checked_add(nap);
+                nap = (nap * 2).min(wait::LAST_NAP);
+                at
+            };
+            let wake = match (wake, deadline) {
+                (Some(w), Some(d)) => w.min(d),
+                (w, d) => w.or(d).unwrap_or_else(|| now + wait::FOREVER_STEP),
+            };
+            s.doorbell.wait_past(seen, wake);
+        }
     }
 
     fn in_flight(&self, peer: Option<&PeerId>) -> usize {
@@ -757,6 +813,8 @@ impl<B: Backend> Transport for BlockTransport<B> {
         let ids: Vec<TransferId> = ids.iter().copied().filter(|id| seen.insert(*id)).collect();
         let (still, released) = s.inflight.cancel(&s.backend, &ids, mode);
         drop(released);
+        // Another thread's `poll_wait` may be waiting on what was just taken.
+        s.doorbell.ring();
         Ok(still)
     }
 
@@ -814,6 +872,8 @@ impl<B: Backend> Transport for BlockTransport<B> {
             );
             self.reap_later(running);
         }
+        // A `poll_wait` in another thread returns `Closed`.
+        s.doorbell.ring();
         tracing::debug!(backend = s.backend.kind(), "transport closed");
         Ok(())
     }

@@ -26,6 +26,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
+use blockwire_core::kit::Doorbell;
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BlockIndex, FailureReason, Op, TransferId, XferState,
 };
@@ -208,8 +209,17 @@ impl<B: Backend> Job<B> {
     }
 
     /// Posts the job unless it was dropped, the peer removed or the transport closed since it
-    /// was queued. `in_post` counts it while it is inside the backend's post.
-    fn post(self, backend: &B, closed: &AtomicBool, in_post: &AtomicUsize) {
+    /// was queued. `in_post` counts it while it is inside the backend's post. Rings
+    /// `doorbell` once the slot says how it went: the job may have ended here (unposted, or
+    /// refused), and a transfer the backend finished inside its post rang before the slot
+    /// said `Posted`, when a waiter's drain still saw it being posted.
+    fn post(self, backend: &B, closed: &AtomicBool, in_post: &AtomicUsize, doorbell: &Doorbell) {
+        self.post_or_drop(backend, closed, in_post);
+        doorbell.ring();
+    }
+
+    /// [`Job::post`] but the ring.
+    fn post_or_drop(self, backend: &B, closed: &AtomicBool, in_post: &AtomicUsize) {
         let conn = {
             let mut pending = self.slot.lock();
             if !matches!(*pending, Pending::Queued) {
@@ -290,16 +300,18 @@ fn post_failure(error: &BackendError) -> FailureReason {
 }
 
 /// The posting thread's loop: posts each job in turn until [`Msg::Stop`] (or every sender is
-/// gone), counting the one inside the backend's post in `in_post`.
+/// gone), counting the one inside the backend's post in `in_post`, ringing `doorbell` after
+/// each.
 pub(crate) fn run<B: Backend>(
     backend: &B,
     jobs: &Receiver<Msg<B>>,
     closed: &AtomicBool,
     in_post: &AtomicUsize,
+    doorbell: &Doorbell,
 ) {
     for msg in jobs.iter() {
         match msg {
-            Msg::Post(job) => job.post(backend, closed, in_post),
+            Msg::Post(job) => job.post(backend, closed, in_post, doorbell),
             Msg::Stop => break,
         }
     }
