@@ -38,10 +38,15 @@ pub struct Args {
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
-    /// The longest the driver sleeps after a `poll` that reported nothing done, µs (it sleeps
-    /// a sixteenth of the average completion time, up to this; 0: it never sleeps, it yields
-    /// and polls again). On a machine with few cores a poller that spins takes a core from the
-    /// copy, posting and progress threads and preempts its own submits.
+    /// How the driver waits for transfers to end between its submits: `wait` (`poll_wait`:
+    /// it sleeps until a transfer ends) or `sleep` (`poll` in a loop with short sleeps, see
+    /// `--poll-sleep-us`). On a machine with few cores a poller that wakes often takes a core
+    /// from the copy, posting and progress threads.
+    #[arg(long, value_enum, default_value_t = crate::Waiting::Wait)]
+    pub waiting: crate::Waiting,
+    /// With `--waiting sleep`: the longest the driver sleeps after a `poll` that reported
+    /// nothing done, µs (it sleeps a sixteenth of the average completion time, up to this; 0:
+    /// it never sleeps, it yields and polls again).
     #[arg(long, default_value_t = 20)]
     pub poll_sleep_us: u64,
     /// What to measure: throughput (the sweep), registration (`add_remote_peer`), notify (the
@@ -195,14 +200,10 @@ impl Args {
             ),
             format!("--batch={}", self.batch),
             format!("--depth={}", self.depth),
-            format!(
-                "--layout={}",
-                clap::ValueEnum::to_possible_value(&self.layout)
-                    .map(|v| v.get_name().to_owned())
-                    .unwrap_or_default()
-            ),
+            format!("--layout={}", value_name(&self.layout)),
             format!("--duration={}", self.duration),
             format!("--region-mib={}", self.region_mib),
+            format!("--waiting={}", value_name(&self.waiting)),
             format!("--poll-sleep-us={}", self.poll_sleep_us),
             format!("--measures={}", self.measures.join(",")),
             format!("--notify-kib={}", self.notify_kib),
@@ -232,6 +233,14 @@ impl Args {
         }
         v
     }
+}
+
+/// The name a `clap::ValueEnum` value is given on the command line.
+fn value_name(value: &impl clap::ValueEnum) -> String {
+    value
+        .to_possible_value()
+        .map(|v| v.get_name().to_owned())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -155,6 +155,24 @@ pub struct Shape {
     pub layout: Layout,
 }
 
+/// How the bench's driver waits for transfers to end between its submits.
+///
+/// ```
+/// assert_eq!(blockwire_bench::Waiting::default(), blockwire_bench::Waiting::Wait);
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Waiting {
+    /// `Transport::poll_wait`: the driver sleeps until a transfer ends (the backend's
+    /// doorbell wakes it), costing no CPU while it waits.
+    #[default]
+    Wait,
+    /// `Transport::poll` in a loop, sleeping a sixteenth of the average completion time (at
+    /// most `--poll-sleep-us`) after a poll that reported nothing: what a caller without
+    /// `poll_wait` writes.
+    Sleep,
+}
+
 /// Which blocks the `k`-th transfer of a measurement names: the same indices on both sides.
 ///
 /// ```

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ceiling::{CeilingKind, Ceilings, WorkingSet};
 use crate::remote::{PEER, Remote, initiator};
-use crate::{Args, Backends, Res, Shape};
+use crate::{Args, Backends, Res, Shape, Waiting};
 
 /// One throughput measurement.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -119,13 +119,34 @@ pub(crate) struct Pumped {
     pub(crate) completes: Vec<f64>,
 }
 
+/// How the driver waits between its submits (`--waiting`, `--poll-sleep-us`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Driver {
+    pub(crate) waiting: Waiting,
+    pub(crate) poll_sleep: Duration,
+}
+
+impl Driver {
+    pub(crate) fn of(args: &Args) -> Self {
+        Driver {
+            waiting: args.waiting,
+            poll_sleep: Duration::from_micros(args.poll_sleep_us),
+        }
+    }
+}
+
+/// The longest one `poll_wait` of the driver waits (a transfer slower than this is polled
+/// again, not failed).
+const WAIT_SLICE: Duration = Duration::from_millis(200);
+
 /// Keeps `shape.depth` transfers of `shape.batch` blocks in flight from `a` to [`PEER`] for
-/// `shape.run_for`, then waits for the last ones. After a poll that reported nothing it sleeps
-/// a sixteenth of the average completion time so far, at most `poll_sleep` (it yields instead
-/// when that is under 2 µs, or when `poll_sleep` is zero): a poll about 16 times per transfer's
-/// life, so short transfers are not held up by the sleep and long ones leave the cores to the
-/// data path.
-pub(crate) fn pump(a: &dyn Transport, shape: &Shape, poll_sleep: Duration) -> Res<Pumped> {
+/// `shape.run_for`, then waits for the last ones. Between submits it waits with `poll_wait`
+/// ([`Waiting::Wait`]), or ([`Waiting::Sleep`]) polls and, after a poll that reported
+/// nothing, sleeps a sixteenth of the average completion time so far, at most
+/// `driver.poll_sleep` (it yields instead when that is under 2 µs, or when `poll_sleep` is
+/// zero): a poll about 16 times per transfer's life, so short transfers are not held up by
+/// the sleep and long ones leave the cores to the data path.
+pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pumped> {
     let peer = PeerId::from(PEER);
     let (op, batch) = (shape.op, shape.batch);
     let mut next = 0u32;
@@ -157,14 +178,19 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, poll_sleep: Duration) -> Re
         if inflight.is_empty() {
             break;
         }
-        let r = a.poll(Some(&peer))?;
+        let r = match driver.waiting {
+            Waiting::Wait => a.poll_wait(Some(&peer), WAIT_SLICE)?,
+            Waiting::Sleep => a.poll(Some(&peer))?,
+        };
         if let Some((id, reason)) = r.failed.first() {
             return Err(format!("transfer {id} failed: {reason}").into());
         }
-        if r.done.is_empty() {
+        if r.done.is_empty() && driver.waiting == Waiting::Sleep {
             // Leave the cores to the data path (copy, posting and progress threads).
             let average_us = completed_us / completes.len().max(1) as f64;
-            let nap = poll_sleep.min(Duration::from_secs_f64(average_us / 16.0 / 1e6));
+            let nap = driver
+                .poll_sleep
+                .min(Duration::from_secs_f64(average_us / 16.0 / 1e6));
             if nap < Duration::from_micros(2) {
                 std::thread::yield_now();
             } else {
@@ -267,7 +293,7 @@ pub(crate) fn throughput(
         submits,
         submits_on_core,
         completes,
-    } = pump(&*a, &shape, Duration::from_micros(args.poll_sleep_us))?;
+    } = pump(&*a, &shape, Driver::of(args))?;
     a.close()?;
     drop((a, remote));
     let raw_gbps = backends.raw_gbps(backend, &shape, args)?;

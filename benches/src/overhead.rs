@@ -9,7 +9,7 @@ use std::time::Duration;
 use blockwire::Op;
 use serde::{Deserialize, Serialize};
 
-use crate::measure::{Summary, pump, shape};
+use crate::measure::{Driver, Summary, pump, shape};
 use crate::remote::{Remote, initiator};
 use crate::{Args, Backends, Res};
 
@@ -101,7 +101,7 @@ pub(crate) fn cost(
         let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for k in order {
             let a = if k == 0 { &*off } else { &*on };
-            let p = pump(a, &shape, Duration::from_micros(args.poll_sleep_us))?;
+            let p = pump(a, &shape, Driver::of(args))?;
             let b = &mut best[k];
             b.gbps = b.gbps.max(p.gbps);
             let submit = Summary::of(p.submits);
