@@ -1,9 +1,13 @@
 //! `blockwire.Transport`: the Rust transport over the caller's buffer.
 
 use std::mem::ManuallyDrop;
+use std::time::{Duration, Instant};
 
-use blockwire::{AnyTransport, CancelMode, PeerDescriptor, PeerId, Region, TransferId, Transport};
+use blockwire::{
+    AnyTransport, CancelMode, PeerDescriptor, PeerId, PollResult, Region, TransferId, Transport,
+};
 use parking_lot::Mutex;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyType};
@@ -42,6 +46,18 @@ fn memory_still_reachable(t: &AnyTransport) -> bool {
 
 fn peer_id(peer: &str) -> PeerId {
     PeerId::from(peer)
+}
+
+/// The longest a `poll_wait` sleeps without the GIL before it checks for a signal.
+const SIGNAL_SLICE: Duration = Duration::from_millis(100);
+
+/// `blockwire._types.PollResult(done, failed, peer_fault)` of `r`.
+fn poll_result(py: Python<'_>, r: PollResult) -> PyResult<Bound<'_, PyAny>> {
+    static POLL_RESULT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let done: Vec<u64> = r.done.iter().map(|i| i.get()).collect();
+    let failed: Vec<u64> = r.failed.iter().map(|(i, _)| i.get()).collect();
+    let fault = r.peer_fault.map(|f| f.to_string());
+    cached_type(py, &POLL_RESULT, "PollResult")?.call1((done, failed, fault))
 }
 
 fn cached_type<'py>(
@@ -362,14 +378,46 @@ impl PyTransport {
     /// `PollResult(done, failed, peer_fault)`; each id is reported once.
     #[pyo3(signature = (peer_id = None))]
     fn poll<'py>(&self, py: Python<'py>, peer_id: Option<&str>) -> PyResult<Bound<'py, PyAny>> {
-        static POLL_RESULT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
         let peer = peer_id.map(self::peer_id);
         let t = self.t();
         let r = py.detach(|| t.poll(peer.as_ref())).py()?;
-        let done: Vec<u64> = r.done.iter().map(|i| i.get()).collect();
-        let failed: Vec<u64> = r.failed.iter().map(|(i, _)| i.get()).collect();
-        let fault = r.peer_fault.map(|f| f.to_string());
-        cached_type(py, &POLL_RESULT, "PollResult")?.call1((done, failed, fault))
+        poll_result(py, r)
+    }
+
+    /// As `poll`, waiting up to `timeout` seconds for something to report: while nothing is
+    /// done or failed (and no fault) but `peer_id`'s transfers are in flight, the thread sleeps
+    /// (without the GIL, using no CPU) until one ends. Returns at once with nothing in flight.
+    /// Ctrl-C interrupts a long wait within a tenth of a second.
+    #[pyo3(signature = (peer_id = None, timeout = 1.0))]
+    fn poll_wait<'py>(
+        &self,
+        py: Python<'py>,
+        peer_id: Option<&str>,
+        timeout: f64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if !(timeout >= 0.0 && timeout.is_finite()) {
+            return Err(PyValueError::new_err(format!(
+                "timeout must be a finite number of seconds, at least 0 (got {timeout})"
+            )));
+        }
+        let peer = peer_id.map(self::peer_id);
+        let t = self.t();
+        let deadline = Instant::now() + Duration::from_secs_f64(timeout);
+        loop {
+            // In slices, so that a signal (Ctrl-C) is seen between them.
+            let slice = deadline
+                .saturating_duration_since(Instant::now())
+                .min(SIGNAL_SLICE);
+            let r = py.detach(|| t.poll_wait(peer.as_ref(), slice)).py()?;
+            if !r.is_empty()
+                || r.peer_fault.is_some()
+                || Instant::now() >= deadline
+                || py.detach(|| t.in_flight(peer.as_ref())) == 0
+            {
+                return poll_result(py, r);
+            }
+            py.check_signals()?;
+        }
     }
 
     /// As `poll`, with why each transfer failed: `(done, [(id, reason, message)],
@@ -408,7 +456,7 @@ impl PyTransport {
             "immediate" => CancelMode::Immediate,
             "wait" => CancelMode::Wait,
             other => {
-                return Err(pyo3::exceptions::PyValueError::new_err(format!(
+                return Err(PyValueError::new_err(format!(
                     "cancel mode {other:?}: expected \"immediate\" or \"wait\""
                 )));
             }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -145,6 +146,30 @@ def test_notifications_follow_the_data_and_are_drained_once(setting):
     assert (stats["received"], stats["drained"], stats["queued"]) == (2, 2, 0)
 
 
+def test_poll_wait_sleeps_until_transfers_end(setting):
+    a, a_mem, b, b_mem = pair(setting, num_blocks=16, block_len=1 << 20)
+    pattern(a_mem, 5)
+    ids = [a.write_blocks("b", [i, i + 8], [i + 8, i]) for i in range(4)]
+    seen = []
+    t0 = time.monotonic()
+    while len(seen) < len(ids):
+        r = a.poll_wait("b", timeout=30.0)
+        assert r.failed == [] and r.done, f"poll_wait returned {r} with transfers in flight"
+        seen += r.done
+    assert time.monotonic() - t0 < 15, "poll_wait slept through a transfer's end"
+    assert sorted(seen) == sorted(ids)
+    for i in range(4):
+        assert np.array_equal(b_mem[i + 8], a_mem[i]) and np.array_equal(b_mem[i], a_mem[i + 8])
+    # Nothing in flight: at once, empty.
+    t0 = time.monotonic()
+    assert a.poll_wait("b", timeout=30.0) == ([], [], None)
+    assert time.monotonic() - t0 < 15
+    with pytest.raises(ValueError):
+        a.poll_wait("b", timeout=-1)
+    with pytest.raises(ValueError):
+        a.poll_wait("b", timeout=float("nan"))
+
+
 def test_notification_too_long_moves_nothing(setting):
     a, a_mem, b, b_mem = pair(setting)
     pattern(a_mem, 6)
@@ -221,6 +246,7 @@ def test_close_is_idempotent_and_refuses_every_later_call(setting):
         lambda: a.notify("b", b"x"),
         lambda: a.poll(),
         lambda: a.poll("b"),
+        lambda: a.poll_wait("b", 1.0),
         lambda: a.cancel([1], "wait"),
         lambda: a.notifications(),
     ]
