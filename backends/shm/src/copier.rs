@@ -104,10 +104,10 @@ impl CopyPool {
         for i in 0..threads {
             let rx = rx.clone();
             let shutdown = shutdown.clone();
-            let handle = std::thread::Builder::new()
-                .name(format!("blockwire-shm-copy-{i}"))
-                .spawn(move || worker(rx, shutdown, kernel, chunk_bytes))
-                .map_err(|e| BackendError::other(format!("spawning a copy thread: {e}")))?;
+            let handle = blockwire_core::kit::spawn(format!("blockwire-shm-copy-{i}"), move || {
+                worker(rx, shutdown, kernel, chunk_bytes)
+            })
+            .map_err(|e| BackendError::other(format!("spawning a copy thread: {e}")))?;
             handles.push(handle);
         }
         Ok(CopyPool {

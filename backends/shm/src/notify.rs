@@ -55,10 +55,10 @@ impl Listener {
             .map_err(|e| err("setting the notification socket's timeout", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name("blockwire-shm-notify".into())
-            .spawn(move || listen(socket, inbox, flag))
-            .map_err(|e| err("spawning the notification thread", e))?;
+        let thread = blockwire_core::kit::spawn("blockwire-shm-notify".into(), move || {
+            listen(socket, inbox, flag)
+        })
+        .map_err(|e| err("spawning the notification thread", e))?;
         Ok(Listener {
             stop,
             thread: Mutex::new(Some(thread)),

@@ -176,21 +176,22 @@ impl<B: Backend> BlockTransport<B> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let worker_shared = shared.clone();
         let worker_rx = rx.clone();
-        let worker = std::thread::Builder::new()
-            .name(format!("blockwire-{}-reg", shared.backend.kind()))
-            .spawn(move || registration_worker(worker_shared, worker_rx))
-            .map_err(|e| Error::Os {
-                what: "spawning the registration worker",
-                source: e.into(),
-            })?;
+        let worker = blockwire_core::kit::spawn(
+            format!("blockwire-{}-reg", shared.backend.kind()),
+            move || registration_worker(worker_shared, worker_rx),
+        )
+        .map_err(|e| Error::Os {
+            what: "spawning the registration worker",
+            source: e.into(),
+        })?;
         let (posts, poster) = if shared.backend.capabilities().posts_in_caller {
             let (tx, rx) = crossbeam_channel::unbounded();
             let poster_shared = shared.clone();
             // It holds the shared state (backend and region), so neither is freed while a post
             // runs; close stops it.
-            let poster = std::thread::Builder::new()
-                .name(format!("blockwire-{}-post", shared.backend.kind()))
-                .spawn(move || {
+            let poster = blockwire_core::kit::spawn(
+                format!("blockwire-{}-post", shared.backend.kind()),
+                move || {
                     posting::run(
                         &*poster_shared.backend,
                         &rx,
@@ -198,11 +199,12 @@ impl<B: Backend> BlockTransport<B> {
                         &poster_shared.in_post,
                         &poster_shared.doorbell,
                     );
-                })
-                .map_err(|e| Error::Os {
-                    what: "spawning the posting thread",
-                    source: e.into(),
-                })?;
+                },
+            )
+            .map_err(|e| Error::Os {
+                what: "spawning the posting thread",
+                source: e.into(),
+            })?;
             (Some(tx), Some(poster))
         } else {
             (None, None)
@@ -395,24 +397,22 @@ impl<B: Backend> BlockTransport<B> {
         let shared = self.shared.clone();
         let slot = std::sync::Arc::new(Mutex::new(Some(running)));
         let for_thread = slot.clone();
-        let spawned = std::thread::Builder::new()
-            .name("blockwire-reaper".into())
-            .spawn(move || {
-                let mut pending = for_thread.lock().take().unwrap_or_default();
-                let mut released = Vec::new();
-                while !pending.is_empty() {
-                    std::thread::sleep(Duration::from_millis(5));
-                    pending = inflight::release_stopped(&shared.backend, pending, &mut released);
-                }
-                drop(released);
-                shared.revoke();
-                tracing::info!(
-                    backend = shared.backend.kind(),
-                    "forced close: every transfer stopped and was released; remote access \
+        let spawned = blockwire_core::kit::spawn("blockwire-reaper".into(), move || {
+            let mut pending = for_thread.lock().take().unwrap_or_default();
+            let mut released = Vec::new();
+            while !pending.is_empty() {
+                std::thread::sleep(Duration::from_millis(5));
+                pending = inflight::release_stopped(&shared.backend, pending, &mut released);
+            }
+            drop(released);
+            shared.revoke();
+            tracing::info!(
+                backend = shared.backend.kind(),
+                "forced close: every transfer stopped and was released; remote access \
                      revoked"
-                );
-                drop(shared);
-            });
+            );
+            drop(shared);
+        });
         if spawned.is_err() {
             self.shared.region.leak();
             std::mem::forget(slot.lock().take());

@@ -13,6 +13,8 @@
 //! - [`AddressWriter`] and [`AddressReader`]: a backend's address bytes, written and read
 //!   back with every length checked, and sealed against alteration;
 //! - [`Inbox`]: the notifications that reached a transport, queued by sender until drained;
+//! - [`spawn`]: how each of blockwire's own threads is started (a batch thread, which never
+//!   preempts the caller's threads when woken);
 //! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
 //!   sides, as runs a backend moves with one operation each.
 
@@ -26,6 +28,7 @@ mod posted;
 pub mod process;
 mod progress;
 mod runs;
+mod thread;
 
 pub use address::{AddressReader, AddressWriter, SEAL_LEN};
 pub use cell::TransferCell;
@@ -39,3 +42,4 @@ pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
 pub use runs::{
     ByteRun, ByteRuns, ContiguousRuns, DEFAULT_MAX_RUN_BYTES, Run, checked_runs, contiguous_runs,
 };
+pub use thread::spawn;

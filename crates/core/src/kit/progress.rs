@@ -108,31 +108,29 @@ impl ProgressThread {
         };
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("blockwire-{name}-progress"))
-            .spawn(move || {
-                let mut idle: u32 = 0;
-                while !flag.load(Ordering::Acquire) {
-                    if progress() > 0 {
-                        idle = 0;
-                        continue;
-                    }
-                    if !pending() {
-                        // Until kicked (or stopped): an unpark since `pending` answered makes
-                        // this return at once.
-                        std::thread::park();
-                        idle = 0;
-                        continue;
-                    }
-                    idle = idle.saturating_add(1);
-                    if idle < 8 {
-                        std::thread::yield_now();
-                        continue;
-                    }
-                    let shift = (idle - 8).min(10);
-                    std::thread::park_timeout(Duration::from_micros(10 << shift).min(idle_sleep));
+        let handle = super::spawn(format!("blockwire-{name}-progress"), move || {
+            let mut idle: u32 = 0;
+            while !flag.load(Ordering::Acquire) {
+                if progress() > 0 {
+                    idle = 0;
+                    continue;
                 }
-            })?;
+                if !pending() {
+                    // Until kicked (or stopped): an unpark since `pending` answered makes
+                    // this return at once.
+                    std::thread::park();
+                    idle = 0;
+                    continue;
+                }
+                idle = idle.saturating_add(1);
+                if idle < 8 {
+                    std::thread::yield_now();
+                    continue;
+                }
+                let shift = (idle - 8).min(10);
+                std::thread::park_timeout(Duration::from_micros(10 << shift).min(idle_sleep));
+            }
+        })?;
         Ok(ProgressThread {
             stop,
             handle: Some(handle),
@@ -175,13 +173,11 @@ impl ProgressThread {
     ) -> std::io::Result<Self> {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
-        let handle = std::thread::Builder::new()
-            .name(format!("blockwire-{name}-progress"))
-            .spawn(move || {
-                while !flag.load(Ordering::Acquire) {
-                    wait();
-                }
-            })?;
+        let handle = super::spawn(format!("blockwire-{name}-progress"), move || {
+            while !flag.load(Ordering::Acquire) {
+                wait();
+            }
+        })?;
         Ok(ProgressThread {
             stop,
             handle: Some(handle),
