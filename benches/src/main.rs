@@ -45,10 +45,9 @@ impl Backends for Compiled {
             }
             #[cfg(feature = "libfabric")]
             "libfabric" => {
-                let provider = match args.option(backend, "provider").as_deref() {
-                    None | Some("tcp") => "tcp;ofi_rxm".to_owned(),
-                    Some(p) => p.to_owned(),
-                };
+                let provider = blockwire::libfabric::provider_named(
+                    args.option(backend, "provider").as_deref(),
+                );
                 let domain = args.option(backend, "domain");
                 Some(raw_ofi::gbps(shape, &provider, domain.as_deref())?)
             }

@@ -208,6 +208,19 @@ fn libfabric_tcp_between_two_processes() {
     .expect("cross-process libfabric over tcp");
 }
 
+/// libfabric 1.17's `net` provider (TCP, RDM endpoints of its own: the backend's default where
+/// libfabric has it).
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_net_between_two_processes() {
+    blockwire_conformance::peer::drive(
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "libfabric",
+        "provider=net,domain=lo",
+    )
+    .expect("cross-process libfabric over net");
+}
+
 /// NIXL between two processes. Both sides run in `blockwire-nixl-peer` processes (the test
 /// process may hold Debian's UCX, which NIXL's bundled UCX cannot share a process with).
 #[cfg(feature = "nixl")]
@@ -313,6 +326,12 @@ fn libfabric_tcp_dead_peer() {
     dead_peer("libfabric", "provider=tcp,domain=lo");
 }
 
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_net_dead_peer() {
+    dead_peer("libfabric", "provider=net,domain=lo");
+}
+
 /// libfabric 1.17's shm provider needed two things here. It spins forever in `fi_writemsg` to
 /// a peer killed while holding its region's lock: the backend watches the peer process
 /// (pidfd) and refuses posts once it has exited, which cuts the link and fails its transfers;
@@ -378,6 +397,12 @@ fn libfabric_tcp_target_side() {
 
 #[cfg(feature = "libfabric")]
 #[test]
+fn libfabric_net_target_side() {
+    target_side("libfabric", "provider=net,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
 fn libfabric_shm_target_side() {
     target_side("libfabric", "provider=shm");
 }
@@ -436,6 +461,12 @@ fn ucx_shm_notifications() {
 #[test]
 fn libfabric_tcp_notifications() {
     notifications("libfabric", "provider=tcp,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_net_notifications() {
+    notifications("libfabric", "provider=net,domain=lo");
 }
 
 #[cfg(feature = "libfabric")]

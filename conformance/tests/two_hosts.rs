@@ -302,6 +302,20 @@ fn libfabric_tcp_two_hosts() {
     .expect("libfabric over tcp between two namespaces");
 }
 
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_net_two_hosts() {
+    two_hosts(Setting {
+        exe: env!("CARGO_BIN_EXE_blockwire-peer"),
+        backend: "libfabric",
+        env: &|_| Vec::new(),
+        opts: &|dev| format!("provider=net,domain={dev}"),
+        tcp_retries2: None,
+        late_writes_at_target: true,
+    })
+    .expect("libfabric over net between two namespaces");
+}
+
 /// NIXL's UCX plugin takes its transports from the environment: TCP on the veth end only (by
 /// default it would use shared memory, which crosses network namespaces).
 #[cfg(feature = "nixl")]

@@ -72,3 +72,9 @@ pub use transport::Transport;
 /// [`nixl::agent_metadata`] takes this side's raw NIXL metadata out of its descriptor.
 #[cfg(feature = "nixl")]
 pub use blockwire_nixl as nixl;
+
+/// The libfabric backend's crate (feature `libfabric`): [`libfabric::provider_named`] says
+/// which provider an option value (or the default) picks, and
+/// [`libfabric::reap_stale_shm_files`] removes what a killed process's `shm` endpoints left.
+#[cfg(feature = "libfabric")]
+pub use blockwire_libfabric as libfabric;

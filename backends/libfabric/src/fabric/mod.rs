@@ -20,6 +20,8 @@ use crate::retry::Retries;
 
 mod open;
 
+pub(crate) use open::offers;
+
 /// Settings from the backend options.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {

@@ -25,9 +25,10 @@ impl Fabric {
     pub(crate) fn open(span: RegionSpan, settings: &Settings) -> Result<Arc<Fabric>, BackendError> {
         let mut f = Fabric::unopened(settings);
         // With messages (notifications) where the provider has them, else RMA alone.
-        f.info = get_info(settings, true).or_else(|with_msg| {
+        let (provider, domain) = (&settings.provider, settings.domain.as_deref());
+        f.info = get_info(provider, domain, true).or_else(|with_msg| {
             tracing::debug!(error = %with_msg, "no FI_MSG: notifications are not carried");
-            get_info(settings, false)
+            get_info(provider, domain, false)
         })?;
         // SAFETY: `f.info` is the list `fi_getinfo` returned, freed by `f`'s Drop; each step
         // gets the live objects the steps before it opened and stores what it opens in `f`.
@@ -340,9 +341,21 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
     Ok(dup)
 }
 
+/// Whether this libfabric's `provider` offers RDM endpoints with RMA (on any domain).
+pub(crate) fn offers(provider: &str) -> bool {
+    match get_info(provider, None, false) {
+        Ok(info) => {
+            // SAFETY: the list fi_getinfo returned, freed once.
+            unsafe { fi_freeinfo(info) };
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// Asks `fi_getinfo` for RDM endpoints with RMA (and messages, with `msg`) and delivery
-/// completion from the provider (and domain) the settings name.
-fn get_info(settings: &Settings, msg: bool) -> Result<*mut fi_info, BackendError> {
+/// completion from `provider` (and `domain`).
+fn get_info(provider: &str, domain: Option<&str>, msg: bool) -> Result<*mut fi_info, BackendError> {
     // SAFETY: fi_allocinfo returns a zeroed info with allocated sub-structs, or null.
     let hints = unsafe { fi_allocinfo() };
     if hints.is_null() {
@@ -364,8 +377,8 @@ fn get_info(settings: &Settings, msg: bool) -> Result<*mut fi_info, BackendError
                     as i32;
             (*(*hints).domain_attr).threading = FI_THREAD_SAFE;
             (*(*hints).tx_attr).op_flags = FI_DELIVERY_COMPLETE as u64;
-            (*(*hints).fabric_attr).prov_name = c_string(&settings.provider)?;
-            if let Some(d) = &settings.domain {
+            (*(*hints).fabric_attr).prov_name = c_string(provider)?;
+            if let Some(d) = domain {
                 (*(*hints).domain_attr).name = c_string(d)?;
             }
             check(
@@ -387,8 +400,7 @@ fn get_info(settings: &Settings, msg: bool) -> Result<*mut fi_info, BackendError
         BackendError::new(
             e.kind(),
             format!(
-                "no libfabric provider {:?} offers RDM endpoints with RMA here: {}",
-                settings.provider,
+                "no libfabric provider {provider:?} offers RDM endpoints with RMA here: {}",
                 e.message()
             ),
         )

@@ -1,13 +1,15 @@
-//! The libfabric providers that the backend's shared tests (suite, model, memory) run: TCP
-//! (`tcp;ofi_rxm`) on loopback, and shared memory.
+//! The libfabric providers that the backend's shared tests (suite, model, memory) run: TCP on
+//! loopback through `ofi_rxm` (`tcp`) and through the TCP provider's own RDM endpoints (`net`,
+//! the default where libfabric 1.17 has it), and shared memory.
 
 use blockwire_conformance::Setting;
 use blockwire_libfabric::OfiBackend;
 
-/// `libfabric-tcp` and `libfabric-shm`.
+/// `libfabric-tcp`, `libfabric-shm` and `libfabric-net`.
 pub fn settings() -> Vec<Setting<OfiBackend>> {
     vec![
         Setting::new("tcp", "provider=tcp,domain=lo"),
         Setting::new("shm", "provider=shm"),
+        Setting::new("net", "provider=net,domain=lo"),
     ]
 }
