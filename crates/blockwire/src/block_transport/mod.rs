@@ -767,36 +767,16 @@ impl<B: Backend> Transport for BlockTransport<B> {
 
     fn poll_wait(&self, peer: Option<&PeerId>, timeout: Duration) -> Result<PollResult> {
         let s = &*self.shared;
-        let deadline = Instant::now().checked_add(timeout);
-        let rings = s.backend.capabilities().doorbell;
-        let mut nap = wait::FIRST_NAP;
-        loop {
-            // Read before the drain: a transfer that ends after it rings past this.
-            let seen = s.doorbell.rung();
-            let (result, unreleased) = self.drain(peer)?;
-            if !result.is_empty() || result.peer_fault.is_some() {
-                return Ok(result);
-            }
-            let now = Instant::now();
-            if s.inflight.count(peer) == 0 || deadline.is_some_and(|d| now >= d) {
-                return Ok(result);
-            }
-            let wake = if rings && !unreleased {
-                // Only the stall watchdog, which runs inside a drain, needs a drain without a
-                // ring.
-                wait::recheck(s.inflight.stall_timeout()).and_then(|r| now.checked_add(r))
-            } else {
-                // No ring to wait for: poll again after a nap that grows while nothing ends.
-                let at = now.checked_add(nap);
-                nap = (nap * 2).min(wait::LAST_NAP);
-                at
-            };
-            let wake = match (wake, deadline) {
-                (Some(w), Some(d)) => w.min(d),
-                (w, d) => w.or(d).unwrap_or_else(|| now + wait::FOREVER_STEP),
-            };
-            s.doorbell.wait_past(seen, wake);
-        }
+        wait::poll_wait(
+            wait::Waiter {
+                doorbell: &s.doorbell,
+                rings: s.backend.capabilities().doorbell,
+                stall_timeout: s.inflight.stall_timeout(),
+            },
+            timeout,
+            || self.drain(peer),
+            || s.inflight.count(peer),
+        )
     }
 
     fn in_flight(&self, peer: Option<&PeerId>) -> usize {

@@ -7,22 +7,76 @@
 //! drains again after naps growing from [`FIRST_NAP`] to [`LAST_NAP`]: a caller's loop of
 //! `poll` and a short sleep, without the caller writing it.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use blockwire_core::kit::Doorbell;
+use blockwire_core::{PollResult, Result};
 
 /// The first nap between two drains when no ring will come.
-pub(super) const FIRST_NAP: Duration = Duration::from_micros(20);
+const FIRST_NAP: Duration = Duration::from_micros(20);
 
 /// The longest nap between two drains when no ring will come.
-pub(super) const LAST_NAP: Duration = Duration::from_millis(1);
+const LAST_NAP: Duration = Duration::from_millis(1);
 
 /// How long a wait with no deadline (a timeout too large to add to the clock) sleeps before
 /// it checks again.
-pub(super) const FOREVER_STEP: Duration = Duration::from_secs(3600);
+const FOREVER_STEP: Duration = Duration::from_secs(3600);
+
+/// What a waiting transport waits on.
+pub(super) struct Waiter<'a> {
+    /// The transport's doorbell.
+    pub(super) doorbell: &'a Doorbell,
+    /// The backend rings it whenever a transfer ends (`Capabilities::doorbell`).
+    pub(super) rings: bool,
+    /// `TransportOptions::stall_timeout`.
+    pub(super) stall_timeout: Option<Duration>,
+}
+
+/// `Transport::poll_wait` over a transport's `drain` (what `poll` drains, and whether a
+/// transfer that ended could not be released yet) and `in_flight` count: drains until it
+/// reports something, nothing of the peer is in flight, or `timeout` has passed, sleeping on
+/// the doorbell between drains.
+pub(super) fn poll_wait(
+    waiter: Waiter<'_>,
+    timeout: Duration,
+    mut drain: impl FnMut() -> Result<(PollResult, bool)>,
+    in_flight: impl Fn() -> usize,
+) -> Result<PollResult> {
+    let deadline = Instant::now().checked_add(timeout);
+    let mut nap = FIRST_NAP;
+    loop {
+        // Read before the drain: a transfer that ends after it rings past this.
+        let seen = waiter.doorbell.rung();
+        let (result, unreleased) = drain()?;
+        if !result.is_empty() || result.peer_fault.is_some() {
+            return Ok(result);
+        }
+        let now = Instant::now();
+        if in_flight() == 0 || deadline.is_some_and(|d| now >= d) {
+            return Ok(result);
+        }
+        let wake = if waiter.rings && !unreleased {
+            // Only the stall watchdog, which runs inside a drain, needs a drain without a
+            // ring.
+            recheck(waiter.stall_timeout).and_then(|r| now.checked_add(r))
+        } else {
+            // No ring to wait for: poll again after a nap that grows while nothing ends.
+            let at = now.checked_add(nap);
+            nap = (nap * 2).min(LAST_NAP);
+            at
+        };
+        let wake = match (wake, deadline) {
+            (Some(w), Some(d)) => w.min(d),
+            (w, d) => w.or(d).unwrap_or_else(|| now + FOREVER_STEP),
+        };
+        waiter.doorbell.wait_past(seen, wake);
+    }
+}
 
 /// How long a waiter on a ringing backend may sleep without a ring before it drains again:
 /// a quarter of the stall timeout, so a stalled peer is cut at most that late; with no stall
 /// timeout, no bound (`None`).
-pub(super) fn recheck(stall_timeout: Option<Duration>) -> Option<Duration> {
+fn recheck(stall_timeout: Option<Duration>) -> Option<Duration> {
     stall_timeout.map(|t| (t / 4).max(Duration::from_millis(1)))
 }
 
