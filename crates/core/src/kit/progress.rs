@@ -185,7 +185,8 @@ impl ProgressThread {
         })
     }
 
-    /// Wakes the thread if it sleeps.
+    /// Wakes the thread if it sleeps: a polling one from its nap, a waiting one
+    /// ([`ProgressThread::spawn_waiting`]) from its blocked `wait`, through its `wake`.
     ///
     /// ```
     /// let t = blockwire_core::kit::ProgressThread::spawn("k", Default::default(), || 0)?;
@@ -194,6 +195,9 @@ impl ProgressThread {
     /// ```
     pub fn kick(&self) {
         if let Some(h) = &self.handle {
+            if let Some(wake) = &self.wake {
+                wake();
+            }
             h.thread().unpark();
         }
     }
