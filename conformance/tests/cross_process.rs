@@ -208,8 +208,7 @@ fn libfabric_tcp_between_two_processes() {
     .expect("cross-process libfabric over tcp");
 }
 
-/// libfabric 1.17's `net` provider (TCP, RDM endpoints of its own: the backend's default where
-/// libfabric has it).
+/// libfabric 1.17's `net` provider (TCP, RDM endpoints of its own, without `ofi_rxm`).
 #[cfg(feature = "libfabric")]
 #[test]
 fn libfabric_net_between_two_processes() {

@@ -20,8 +20,6 @@ use crate::retry::Retries;
 
 mod open;
 
-pub(crate) use open::offers;
-
 /// Settings from the backend options.
 #[derive(Clone, Debug)]
 pub(crate) struct Settings {

@@ -341,18 +341,6 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
     Ok(dup)
 }
 
-/// Whether this libfabric's `provider` offers RDM endpoints with RMA (on any domain).
-pub(crate) fn offers(provider: &str) -> bool {
-    match get_info(provider, None, false) {
-        Ok(info) => {
-            // SAFETY: the list fi_getinfo returned, freed once.
-            unsafe { fi_freeinfo(info) };
-            true
-        }
-        Err(_) => false,
-    }
-}
-
 /// Asks `fi_getinfo` for RDM endpoints with RMA (and messages, with `msg`) and delivery
 /// completion from `provider` (and `domain`).
 fn get_info(provider: &str, domain: Option<&str>, msg: bool) -> Result<*mut fi_info, BackendError> {

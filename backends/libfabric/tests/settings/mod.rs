@@ -1,6 +1,6 @@
 //! The libfabric providers that the backend's shared tests (suite, model, memory) run: TCP on
 //! loopback through `ofi_rxm` (`tcp`) and through the TCP provider's own RDM endpoints (`net`,
-//! the default where libfabric 1.17 has it), and shared memory.
+//! libfabric 1.17's, for many peers), and shared memory.
 
 use blockwire_conformance::Setting;
 use blockwire_libfabric::OfiBackend;
