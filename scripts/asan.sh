@@ -25,15 +25,28 @@ target=$(rustc -vV | sed -n 's/^host: //p')
 args=(--target "$target" --target-dir target/asan)
 
 echo "== conformance suite (shm, ucx, libfabric) under ASan"
-cargo test "${args[@]}" -p blockwire-shm -p blockwire-ucx -p blockwire-libfabric --test suite 2>&1 \
+cargo test "${args[@]}" -p blockwire-shm -p blockwire-ucx -p blockwire-libfabric --test suite \
+    -- --skip libfabric-net 2>&1 \
     | tee target/asan-suite.log | grep -E "^test result|Sanitizer|SUMMARY" || true
+# libfabric 1.17's net provider leaks on every RDM endpoint: the fi_info it copies to open its
+# listening endpoint, and each connection's entry in its event queue's list (fixed in 1.18:
+# ofiwg/libfabric d5a2e50fc and 8441c363e). Both are allocated in frames without symbols,
+# under blockwire's own calls (fi_endpoint, fi_writemsg), so no suppression can name them
+# without hiding blockwire's leaks too. The net cases run under ASan for invalid accesses,
+# without the leak check; the tcp and shm settings, which share every line of blockwire's
+# endpoint and operation handling with net, keep it.
+echo "== libfabric net cases under ASan (no leak check: libfabric 1.17's own leaks, above)"
+ASAN_OPTIONS="${ASAN_OPTIONS/detect_leaks=1/detect_leaks=0}" \
+    cargo test "${args[@]}" -p blockwire-libfabric --test suite -- libfabric-net 2>&1 \
+    | tee target/asan-net.log | grep -E "^test result|Sanitizer|SUMMARY" || true
 echo "== nixl suite under ASan"
 cargo test "${args[@]}" -p blockwire-nixl --test suite 2>&1 \
     | tee target/asan-nixl.log | grep -E "^test result|Sanitizer|SUMMARY" || true
 
 status=0
-# One result line per suite binary: shm, ucx and libfabric in one log, nixl in the other.
-for entry in target/asan-suite.log:3 target/asan-nixl.log:1; do
+# One result line per suite binary: shm, ucx and libfabric in one log, libfabric's net cases
+# in one, nixl in the last.
+for entry in target/asan-suite.log:3 target/asan-net.log:1 target/asan-nixl.log:1; do
     log=${entry%:*} binaries=${entry##*:}
     if grep -qE "ERROR: (Address|Leak)Sanitizer" "$log"; then
         echo "sanitizer report in $log:" >&2
