@@ -42,4 +42,4 @@ pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
 pub use runs::{
     ByteRun, ByteRuns, ContiguousRuns, DEFAULT_MAX_RUN_BYTES, Run, checked_runs, contiguous_runs,
 };
-pub use thread::spawn;
+pub use thread::{THREAD_POLICY_ENV, spawn};

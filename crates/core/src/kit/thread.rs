@@ -9,7 +9,10 @@ use std::thread::JoinHandle;
 /// thread and wakes it; on a machine with no idle core, that thread would otherwise take the
 /// caller's core in the middle of the call (on 2 cores, a submit's 99th percentile was
 /// another thread's time slice). Where the policy cannot be set (not Linux, or refused), the
-/// thread runs as a normal one, and a debug event says so.
+/// thread runs as a normal one, and a debug event says so. `BLOCKWIRE_THREAD_POLICY=normal`
+/// ([`THREAD_POLICY_ENV`]) keeps the process's own policy instead (a woken blockwire thread
+/// then preempts as any normal thread does), for a deployment that measures it better: on a
+/// 2-core machine the bench's done-latencies were the same either way, within noise.
 ///
 /// ```
 /// let t = blockwire_core::kit::spawn("blockwire-doc".into(), || 6 * 7)?;
@@ -26,10 +29,34 @@ pub fn spawn<T: Send + 'static>(
     })
 }
 
+/// The environment variable that chooses the scheduling policy of blockwire's threads:
+/// `batch` (the default, see [`spawn`]) or `normal` (the process's own policy, unchanged).
+pub const THREAD_POLICY_ENV: &str = "BLOCKWIRE_THREAD_POLICY";
+
+/// Whether [`spawn`] makes its threads batch threads: unless [`THREAD_POLICY_ENV`] says
+/// `normal` (read once per process).
+fn batch_threads() -> bool {
+    static BATCH: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *BATCH.get_or_init(|| batch_policy(std::env::var(THREAD_POLICY_ENV).ok().as_deref()))
+}
+
+/// What a value of [`THREAD_POLICY_ENV`] asks for: batch threads unless it is `normal` (any
+/// case); a value that is neither `batch` nor `normal` is warned about and means batch.
+fn batch_policy(value: Option<&str>) -> bool {
+    match value {
+        Some(v) if v.eq_ignore_ascii_case("normal") => false,
+        Some(v) if !v.eq_ignore_ascii_case("batch") => {
+            tracing::warn!(value = %v, "{THREAD_POLICY_ENV} is neither batch nor normal; batch");
+            true
+        }
+        _ => true,
+    }
+}
+
 /// Makes the calling thread a batch thread (see [`spawn`]).
 fn yield_to_running_threads() {
     #[cfg(target_os = "linux")]
-    {
+    if batch_threads() {
         let param = libc::sched_param { sched_priority: 0 };
         // SAFETY: `param` is a valid sched_param (priority 0, which SCHED_BATCH requires);
         // pid 0 names the calling thread; the call changes only its scheduling policy, which
@@ -46,6 +73,17 @@ fn yield_to_running_threads() {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn policy_is_batch_unless_normal() {
+        use super::batch_policy;
+        assert!(batch_policy(None));
+        assert!(batch_policy(Some("batch")));
+        assert!(batch_policy(Some("BATCH")));
+        assert!(batch_policy(Some("fifo")));
+        assert!(!batch_policy(Some("normal")));
+        assert!(!batch_policy(Some("Normal")));
+    }
+
     #[test]
     #[cfg(target_os = "linux")]
     fn threads_run_as_batch_threads() {
