@@ -137,7 +137,7 @@ impl Driver {
 
 /// The longest one `poll_wait` of the driver waits (a transfer slower than this is polled
 /// again, not failed).
-const WAIT_SLICE: Duration = Duration::from_millis(200);
+pub(crate) const WAIT_SLICE: Duration = Duration::from_millis(200);
 
 /// Keeps `shape.depth` transfers of `shape.batch` blocks in flight from `a` to [`PEER`] for
 /// `shape.run_for`, then waits for the last ones. Between submits it waits with `poll_wait`

@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use blockwire::{Capabilities, Op, PeerId, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::measure::{Summary, shape};
+use crate::measure::{Summary, WAIT_SLICE, shape};
 use crate::remote::{PEER, Remote, initiator};
-use crate::{Args, Backends, Res};
+use crate::{Args, Backends, Res, Waiting};
 
 /// The message each notified transfer carries.
 const MESSAGE: &[u8] = b"blockwire-bench: done with these";
@@ -95,7 +95,7 @@ pub(crate) fn cost(backends: &dyn Backends, args: &Args, backend: &str, op: Op) 
             let idx = shape
                 .layout
                 .batch((2 * k + j) as u32, shape.batch, shape.blocks);
-            let us = once(&*a, &peer, op, &idx, notify)?;
+            let us = once(&*a, &peer, op, &idx, notify, args.waiting)?;
             if k >= warm {
                 if notify { &mut notified } else { &mut plain }.push(us);
             }
@@ -133,8 +133,16 @@ pub(crate) fn cost(backends: &dyn Backends, args: &Args, backend: &str, op: Op) 
     })
 }
 
-/// One transfer, polled until reported: its done-latency from its telemetry record, µs.
-fn once(a: &dyn Transport, peer: &PeerId, op: Op, idx: &[u32], notify: bool) -> Res<f64> {
+/// One transfer, waited for as `--waiting` says until reported: its done-latency from its
+/// telemetry record, µs.
+fn once(
+    a: &dyn Transport,
+    peer: &PeerId,
+    op: Op,
+    idx: &[u32],
+    notify: bool,
+    waiting: Waiting,
+) -> Res<f64> {
     let id = match (op, notify) {
         (Op::Write, false) => a.write_blocks(peer, idx, idx)?,
         (Op::Write, true) => a.write_blocks_notify(peer, idx, idx, MESSAGE)?,
@@ -143,7 +151,10 @@ fn once(a: &dyn Transport, peer: &PeerId, op: Op, idx: &[u32], notify: bool) -> 
     };
     let what = if notify { "notified " } else { "" };
     loop {
-        let r = a.poll(Some(peer))?;
+        let r = match waiting {
+            Waiting::Wait => a.poll_wait(Some(peer), WAIT_SLICE)?,
+            Waiting::Sleep => a.poll(Some(peer))?,
+        };
         if let Some(record) = r.records.iter().find(|rec| rec.id == id) {
             if let Err(reason) = &record.outcome {
                 return Err(format!("{what}{op} {id} failed: {reason}").into());
@@ -156,8 +167,10 @@ fn once(a: &dyn Transport, peer: &PeerId, op: Op, idx: &[u32], notify: bool) -> 
         if let Some(fault) = r.peer_fault {
             return Err(format!("{what}{op} {id}: the peer is faulted: {fault:?}").into());
         }
-        // Leave the cores to the data path (copy and progress threads).
-        std::thread::yield_now();
+        if waiting == Waiting::Sleep {
+            // Leave the cores to the data path (copy and progress threads).
+            std::thread::yield_now();
+        }
     }
 }
 

@@ -121,7 +121,10 @@ pub fn flat_over<F: Fixture>(fx: &F, warm_up: usize, n: usize) -> Result<MemoryR
             in_flight.push(id);
             posted += 1;
         }
-        record(&mut seen, a.poll(Some(&peer)).map_err(|e| e.to_string())?);
+        // Sleeping until a transfer ends, not spinning: on a machine with few cores a
+        // spinning poller takes a core from the backend's progress and copy threads.
+        let polled = a.poll_wait(Some(&peer), Duration::from_secs(1));
+        record(&mut seen, polled.map_err(|e| e.to_string())?);
         for (id, outcome) in seen.drain() {
             outcome.map_err(|why| format!("transfer {id} failed: {why}"))?;
             in_flight.retain(|x| *x != id);
