@@ -6,10 +6,11 @@
 #   libfabric: libfabric-dev (libfabric 1.17 on Debian 12)
 #   nixl: the runtime libraries of the PyPI wheel nixl-cu12==1.5.1 (pip download, unzip) into
 #         target/nixl-runtime, where blockwire-nixl looks by default (BLOCKWIRE_NIXL_LIB_DIR
-#         overrides); the UCX backend plugin there runs on DRAM without a GPU
+#         overrides); the UCX backend plugin there runs on DRAM without a GPU, and the wheel's
+#         Python package there is the bench's NIXL peer
 #   python: scripts/setup-python.sh (a venv with maturin, pytest, numpy, mypy and Mooncake's
 #         transfer engine in target/python-venv, and vLLM 0.33.0's ABC files), for the Python
-#         package's tests and the bench's Mooncake peer
+#         package's tests and the bench's peers
 set -euo pipefail
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -2,7 +2,7 @@
 # The Python side of the tests: a virtual environment at target/python-venv with maturin,
 # pytest, numpy and mypy (the `pytest` test of blockwire-python installs the package into it
 # and runs python/tests), Mooncake's transfer engine (mooncake-transfer-engine-non-cuda,
-# which blockwire-bench runs as a peer through benches/peers/mooncake_driver.py; where no
+# which blockwire-bench runs as a peer through benches/peers/peer_driver.py; where no
 # wheel fits this machine it is left out and the bench reports the peer skipped), and vLLM
 # 0.33.0's two DataTransport ABC files, extracted from its wheel into target/vllm-reference
 # (python/tests/test_vllm_abc.py checks the adapters against them). Needs python3 with venv

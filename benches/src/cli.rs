@@ -29,7 +29,7 @@ pub struct Args {
     pub depth: usize,
     /// Which blocks a transfer names: `scattered` (none adjacent, one library operation per
     /// block) or `contiguous` (one run of adjacent blocks, which backends move as one
-    /// operation). The Mooncake peer gets the same.
+    /// operation). The peers get the same.
     #[arg(long, value_enum, default_value_t = crate::Layout::Scattered)]
     pub layout: crate::Layout,
     /// Seconds per measurement.
@@ -98,9 +98,10 @@ pub struct Args {
     /// Let each backend allocate its regions (UCX: `ucp_mem_map` ALLOCATE).
     #[arg(long)]
     pub allocate: bool,
-    /// Peer engines measured at the same geometry for comparison: `mooncake` (its transfer
-    /// engine over TCP, in one process and across two, through a Python driver), or `none`.
-    #[arg(long, value_delimiter = ',', default_value = "mooncake")]
+    /// Peer engines measured at the same geometry for comparison, in one process and across
+    /// two, through a Python driver: `mooncake` (its transfer engine over TCP), `nixl` (NIXL's
+    /// own Python API, from target/nixl-runtime), or `none`.
+    #[arg(long, value_delimiter = ',', default_value = "mooncake,nixl")]
     pub peers: Vec<String>,
     /// The python that runs the peers' drivers [default: this workspace's
     /// target/python-venv/bin/python, which scripts/setup-python.sh makes].

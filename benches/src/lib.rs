@@ -1,6 +1,6 @@
 //! `blockwire-bench`: compares the backends compiled in, side by side, against the ceiling
-//! that bounds each one, each backend's raw library, and Mooncake's transfer engine, measured
-//! in the same run.
+//! that bounds each one, each backend's raw library, and the engines users would pick instead
+//! (Mooncake's transfer engine, NIXL's own Python API), measured in the same run.
 //!
 //! For each backend, operation and block size it keeps `depth` transfers of `batch` blocks in
 //! flight between two transports (in this process, or with `--cross-process` the remote one in
@@ -19,24 +19,32 @@
 //! - `/raw`, to the backend's raw baseline (the same batches through the library with
 //!   nothing of blockwire in between: `memcpy` for shm, `ucp_put_nbx` + flush for ucx,
 //!   `fi_writemsg` for libfabric, a NIXL agent for nixl);
-//! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement;
+//! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
+//!   NIXL Python peer has its own rows: compare them with the nixl backend's);
 //!
 //! and average and p99 submit and completion times. Then the time to add a peer of 1,000,
 //! 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as JSON and an SVG plot
 //! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
 //! what to compare: these machines are shared and noisy.
 //!
-//! **Mooncake as a peer** (`--peers mooncake`, the default; `--peers none` leaves it out): the
-//! driver `benches/peers/mooncake_driver.py`, embedded in the binary, runs Mooncake's
-//! `TransferEngine` (PyPI `mooncake-transfer-engine-non-cuda`, metadata `P2PHANDSHAKE`,
-//! protocol `tcp`) with the python of `--peer-python` (default: this workspace's
-//! `target/python-venv/bin/python`, where `scripts/setup-python.sh` installs it), at the same
-//! block sizes, batch, depth, duration and region size, WRITE and READ, batches of shuffled
-//! block indices, with the bytes of every moved block checked after each point; with both
-//! engines in one process and with the target in a child process. Its rows are backend
-//! `mooncake (peer)` (`peer: true` in the JSON). Without python or mooncake, past its
-//! deadline (`--quick`: 20 s) or when the driver fails, the peer is reported skipped, with
-//! the reason.
+//! **Peers** (`--peers mooncake,nixl`, the default; `--peers none` leaves them out): the
+//! driver `benches/peers/peer_driver.py` and its engine modules, embedded in the binary, run
+//! each peer with the python of `--peer-python` (default: this workspace's
+//! `target/python-venv/bin/python`, which `scripts/setup-python.sh` makes), at the same block
+//! sizes, batch, depth, duration and region size, WRITE and READ, batches of shuffled block
+//! indices, with the bytes of every moved block checked after each point; with both engines
+//! in one process and with the target in a child process:
+//!
+//! - `mooncake (peer)`: Mooncake's `TransferEngine` (PyPI
+//!   `mooncake-transfer-engine-non-cuda`, metadata `P2PHANDSHAKE`, protocol `tcp`), against
+//!   the TCP ceiling;
+//! - `nixl python (peer)`: NIXL's Python API (`nixl_agent` with UCX, `make_prepped_xfer`,
+//!   `check_xfer_state`, as vLLM's NIXL transports call it) from the `nixl-cu12` wheel in
+//!   `target/nixl-runtime` (`scripts/setup-backends.sh`), against the nixl backend's ceiling.
+//!
+//! Their rows are `peer: true` in the JSON. Without python or the engine, past its deadline
+//! (`--quick`: 20 s each) or when the driver fails, a peer is reported skipped, with the
+//! reason.
 //!
 //! Two more measurements per backend and operation (JSON: `notify` and `telemetry`):
 //!
@@ -68,7 +76,7 @@
 //! ```text
 //! cargo run --release -p blockwire-bench                    # shm, full sweep
 //! cargo run --release -p blockwire-bench -- --quick         # under a minute
-//! cargo run --release -p blockwire-bench -- --peers none    # without the Mooncake peer
+//! cargo run --release -p blockwire-bench -- --peers none    # without the peers
 //! cargo run --release -p blockwire-bench -- --measures notify,telemetry --cross-process
 //! cargo run --release -p blockwire-bench --all-features     # every backend
 //! ```
@@ -108,10 +116,10 @@ compile_error!(
 mod ceiling;
 mod cli;
 mod measure;
-mod mooncake;
 mod notify;
 mod overhead;
 mod peer_process;
+mod peers;
 mod remote;
 mod report;
 mod scale;
@@ -298,9 +306,9 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     if let Some(bad) = args
         .peers
         .iter()
-        .find(|p| !["mooncake", "none"].contains(&p.as_str()))
+        .find(|p| *p != "none" && !peers::PEERS.iter().any(|q| q.name == p.as_str()))
     {
-        return Err(format!("unknown peer {bad:?} (mooncake, none)").into());
+        return Err(format!("unknown peer {bad:?} (mooncake, nixl, none)").into());
     }
     let mut run = Run::new(args.region_mib, args.layout);
     let mut scaled = Vec::new();
@@ -379,12 +387,11 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         let again = Ceilings::measure(&mut set, ceiling_time(args))?;
         run.ceilings.keep_best(&again);
     }
-    if sweep && args.peers.iter().any(|p| p == "mooncake") {
-        println!("{}: measuring (Python driver)", mooncake::BACKEND);
+    if sweep && args.peers.iter().any(|p| p != "none") {
         let half = Duration::from_secs_f64(args.duration / 2.0);
         let memcpy_1thr = set.gbps(half);
         run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
-        mooncake::run(args, memcpy_1thr, &mut run);
+        peers::run(args, memcpy_1thr, &mut run);
     }
     if args.measures("scale")? {
         let names: Vec<String> = here.iter().map(|(b, _)| b.clone()).collect();

@@ -142,10 +142,11 @@ fn print_ceilings(run: &Run) {
     );
 }
 
-/// The peer's point at the same operation, block size and process placement as `p`.
-fn peer_of<'a>(run: &'a Run, p: &Point) -> Option<&'a Point> {
+/// The Mooncake peer's point at the same operation, block size and process placement as `p`.
+fn mooncake_of<'a>(run: &'a Run, p: &Point) -> Option<&'a Point> {
     run.points.iter().find(|q| {
         q.peer
+            && q.backend == crate::peers::MOONCAKE.label
             && q.op == p.op
             && q.block_bytes == p.block_bytes
             && q.cross_process == p.cross_process
@@ -194,7 +195,7 @@ pub(crate) fn print_tables(run: &Run) {
             .filter(|p| p.backend == backend && p.op == op && p.cross_process == xp)
         {
             let raw = p.raw_gbps.map(|r| p.gbps / r);
-            let peer = peer_of(run, p)
+            let peer = mooncake_of(run, p)
                 .filter(|q| !p.peer && q.gbps > 0.0)
                 .map(|q| p.gbps / q.gbps);
             println!(

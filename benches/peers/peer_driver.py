@@ -1,30 +1,39 @@
 #!/usr/bin/env python3
-"""Mooncake's transfer engine as a peer of blockwire-bench.
+"""The peers of blockwire-bench: the engines users would pick instead, at the bench's geometry.
 
-blockwire-bench runs this driver with the python of a virtual environment that has
-`mooncake-transfer-engine-non-cuda` (scripts/setup-python.sh installs it into
-target/python-venv) and merges what it prints into its tables, JSON and plot.
+blockwire-bench writes this driver and its engine modules (`engine_mooncake.py`,
+`engine_nixl.py`) into a temporary folder, runs it once per peer with `--engine`, and merges
+what it prints into its tables, JSON and plot. The engines:
+
+- `mooncake`: Mooncake's transfer engine over its `tcp` protocol (the python of a virtual
+  environment with `mooncake-transfer-engine-non-cuda`; scripts/setup-python.sh installs it
+  into target/python-venv).
+- `nixl`: NIXL's own Python API with its UCX backend (the `nixl-cu12` wheel that
+  scripts/setup-backends.sh unpacks into target/nixl-runtime; the bench puts it on
+  `PYTHONPATH`).
 
 It measures at the bench's geometry: for each operation (WRITE, READ) and block size it keeps
 `--depth` batches of `--batch` blocks in flight for `--duration` seconds between two registered
-regions of `--region-mib` MiB, over Mooncake's `tcp` protocol with `P2PHANDSHAKE` metadata.
-Each batch takes the next `--batch` indices of a fixed shuffle of the region's blocks (the
-same indices at both ends) unless `--contiguous`. After each point it checks the bytes of every
-block the point moved: a WRITE left the initiator's pattern in the target's blocks, a READ the
-target's pattern in the initiator's. It runs with both engines in this process
-(`--processes one`), with the target engine in a child process that it spawns (`two`), or both.
+regions of `--region-mib` MiB. Each batch takes the next `--batch` indices of a fixed shuffle of
+the region's blocks (the same indices at both ends) unless `--contiguous`. After each point it
+checks the bytes of every block the point moved: a WRITE left the initiator's pattern in the
+target's blocks, a READ the target's pattern in the initiator's. It runs with both engines in
+this process (`--processes one`), with the target engine in a child process that it spawns
+(`two`), or both.
 
 Output, one JSON object a line on standard output:
 
 - `{"point": {...}}`: one measurement, with the fields of the bench's `Point` it knows
   (`op`, `cross_process`, `block_bytes`, `batch`, `depth`, `gbps`, `submit_*`, `complete_*`).
-- `{"skipped": "why"}`: what could not be measured (mooncake missing, the deadline reached).
+- `{"skipped": "why"}`: what could not be measured (the engine missing, the deadline reached).
 
 Exit status 0 unless a transfer failed or its bytes were wrong (then 1, the reason on stderr).
 """
 
 import argparse
+import importlib
 import json
+import os
 import random
 import subprocess
 import sys
@@ -32,6 +41,9 @@ import time
 from collections import deque
 
 HOST = "127.0.0.1"
+
+# The engines this driver knows (a module engine_NAME.py beside it each).
+ENGINES = ("mooncake", "nixl")
 
 
 def emit(obj):
@@ -85,26 +97,28 @@ def check(buf, block, side, idx):
     return None
 
 
-def engine():
-    """A transfer engine on loopback over Mooncake's tcp protocol."""
-    from mooncake.engine import TransferEngine
-
-    e = TransferEngine()
-    rc = e.initialize(HOST, "P2PHANDSHAKE", "tcp", "")
-    if rc != 0:
-        raise Failure(f"TransferEngine.initialize returned {rc}")
-    return e
+def load_engine(name):
+    """The engine module `name` (engine_mooncake.py or engine_nixl.py, beside this file)."""
+    # The engines import this file by name: let them find this run of it, not a second copy.
+    sys.modules.setdefault("peer_driver", sys.modules[__name__])
+    module = importlib.import_module(f"engine_{name}")
+    LOADED.append(module)
+    return module
 
 
-def region(e, mib):
-    """A registered numpy region of `mib` MiB."""
-    import numpy as np
+# The engine module this run loaded (at most one).
+LOADED: list = []
 
-    buf = np.zeros(mib << 20, dtype=np.uint8)
-    rc = e.register_memory(buf.ctypes.data, len(buf))
-    if rc != 0:
-        raise Failure(f"register_memory of {mib} MiB returned {rc}")
-    return buf
+
+def leave(code):
+    """Ends the process with `code`: through `os._exit` once output is flushed where the engine
+    asks (`SKIP_LIBRARY_DESTRUCTORS`: a library of its own that crashes in its destructors at
+    exit), else as usual."""
+    if any(getattr(m, "SKIP_LIBRARY_DESTRUCTORS", False) for m in LOADED):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class LocalTarget:
@@ -112,11 +126,10 @@ class LocalTarget:
 
     cross_process = False
 
-    def __init__(self, mib):
-        self.engine = engine()
-        self.buf = region(self.engine, mib)
-        self.hostname = f"{HOST}:{self.engine.get_rpc_port()}"
-        self.base = self.buf.ctypes.data
+    def __init__(self, engines, mib):
+        self.engine = engines.Engine("target", mib)
+        self.buf = self.engine.buf
+        self.address = self.engine.address()
 
     def fill(self, block):
         fill(self.buf, block, TARGET)
@@ -125,7 +138,7 @@ class LocalTarget:
         return check(self.buf, block, INITIATOR, idx)
 
     def close(self):
-        pass
+        self.engine.close()
 
 
 class ChildTarget:
@@ -134,21 +147,28 @@ class ChildTarget:
 
     cross_process = True
 
-    def __init__(self, mib):
+    def __init__(self, engines, mib):
         self.child = subprocess.Popen(
-            [sys.executable, __file__, "--serve-target", f"--region-mib={mib}"],
+            [sys.executable, __file__, "--serve-target", f"--engine={engines.NAME}",
+             f"--region-mib={mib}"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
         )
-        hello = self._reply()
-        self.hostname, self.base = hello["hostname"], hello["base"]
+        self.address = self._reply()["address"]
 
     def _reply(self):
-        line = self.child.stdout.readline()
-        if not line:
-            raise Failure(f"the target process ended (status {self.child.poll()})")
-        msg = json.loads(line)
+        # The engine's own logging may share standard output: only JSON objects are replies.
+        while True:
+            line = self.child.stdout.readline()
+            if not line:
+                raise Failure(f"the target process ended (status {self.child.poll()})")
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(msg, dict):
+                break
         if "error" in msg:
             raise Failure(f"target process: {msg['error']}")
         return msg
@@ -169,25 +189,32 @@ class ChildTarget:
         self.child.wait(timeout=30)
 
 
-def serve_target(mib):
+def serve_target(engines, mib):
     """The child's side of ChildTarget: serve until standard input closes."""
     try:
-        e = engine()
-        buf = region(e, mib)
+        e = engines.Engine("target", mib)
     except Exception as err:  # reported to the parent, which raises it
         emit({"error": f"{type(err).__name__}: {err}"})
         return 1
-    emit({"hostname": f"{HOST}:{e.get_rpc_port()}", "base": buf.ctypes.data})
+    emit({"address": e.address()})
+    try:
+        serve(e)
+    finally:
+        e.close()
+    return 0
+
+
+def serve(e):
+    """Answers the parent's commands until standard input closes."""
     for line in sys.stdin:
         msg = json.loads(line)
         if "fill" in msg:
-            fill(buf, msg["fill"], TARGET)
+            fill(e.buf, msg["fill"], TARGET)
             emit({"ok": True})
         elif "check" in msg:
-            emit({"wrong": check(buf, msg["check"], INITIATOR, msg["blocks"])})
+            emit({"wrong": check(e.buf, msg["check"], INITIATOR, msg["blocks"])})
         else:
             emit({"error": f"unknown command {line.strip()!r}"})
-    return 0
 
 
 def summary(v):
@@ -198,8 +225,9 @@ def summary(v):
     return sum(s) / len(s), s[max(1, -(-len(s) * 99 // 100)) - 1]
 
 
-def point(init, ibuf, target, op, block, args):
+def point(init, target, op, block, args):
     """One measurement: `op` of `block`-byte blocks, then its bytes checked."""
+    ibuf = init.buf
     blocks = max(1, len(ibuf) // block)
     batch = min(args.batch, blocks)
     order = list(range(blocks))
@@ -208,39 +236,30 @@ def point(init, ibuf, target, op, block, args):
     groups = max(1, blocks // batch)
     fill(ibuf, block, INITIATOR)
     target.fill(block)
-    lbase, rbase = ibuf.ctypes.data, target.base
-    lists = []
-    for g in range(groups):
-        idx = order[g * batch : (g + 1) * batch]
-        lists.append(
-            ([lbase + i * block for i in idx], [rbase + i * block for i in idx], [block] * len(idx))
-        )
-    post = init.batch_transfer_async_write if op == "WRITE" else init.batch_transfer_async_read
+    lists = init.prepare(
+        target.address, block, [order[g * batch : (g + 1) * batch] for g in range(groups)]
+    )
     inflight = deque()
     submits, completes = [], []
     k = 0
     start = time.perf_counter()
-    run_for = args.duration
-    while True:
-        running = time.perf_counter() - start < run_for
-        while running and len(inflight) < args.depth:
-            local, remote, lengths = lists[k % groups]
-            t = time.perf_counter()
-            bid = post(target.hostname, local, remote, lengths)
-            submits.append((time.perf_counter() - t) * 1e6)
-            if bid == 0:
-                raise Failure(f"{op} batch {k}: submit returned 0")
-            inflight.append((bid, t))
-            k += 1
-        if not inflight:
-            break
-        bid, t = inflight.popleft()
-        # Waits for the batch, and frees it once it is done: never ask twice.
-        status = init.get_batch_transfer_status([bid])
-        if status != 0:
-            raise Failure(f"{op} of {block}-byte blocks: batch status {status}")
-        completes.append((time.perf_counter() - t) * 1e6)
-    secs = time.perf_counter() - start
+    try:
+        while True:
+            running = time.perf_counter() - start < args.duration
+            while running and len(inflight) < args.depth:
+                t = time.perf_counter()
+                handle = init.post(op, lists[k % groups])
+                submits.append((time.perf_counter() - t) * 1e6)
+                inflight.append((handle, t))
+                k += 1
+            if not inflight:
+                break
+            handle, t = inflight.popleft()
+            init.wait(op, handle)
+            completes.append((time.perf_counter() - t) * 1e6)
+        secs = time.perf_counter() - start
+    finally:
+        init.release(lists)
     moved = order[: min(k, groups) * batch]
     wrong = (
         target.check(block, moved) if op == "WRITE" else check(ibuf, block, TARGET, moved)
@@ -266,6 +285,7 @@ def point(init, ibuf, target, op, block, args):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--engine", choices=ENGINES, default="mooncake")
     p.add_argument("--sizes-kib", default="64,1024")
     p.add_argument("--ops", default="write,read")
     p.add_argument("--batch", type=int, default=16)
@@ -278,25 +298,36 @@ def main():
     p.add_argument("--serve-target", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     try:
-        import numpy  # noqa: F401
-        from mooncake.engine import TransferEngine  # noqa: F401
+        engines = load_engine(args.engine)
     except ImportError as err:
-        emit({"skipped": f"{sys.executable} cannot import numpy and mooncake.engine ({err})"})
+        emit({"skipped": f"{sys.executable} cannot import the {args.engine} engine ({err})"})
         return 0
     if args.serve_target:
-        return serve_target(args.region_mib)
+        return serve_target(engines, args.region_mib)
     began = time.monotonic()
     sizes = [int(s) << 10 for s in args.sizes_kib.split(",") if s]
     ops = [o.upper() for o in args.ops.split(",") if o]
     modes = [m for m in args.processes.split(",") if m]
-    init = engine()
-    ibuf = region(init, args.region_mib)
+    init = engines.Engine("initiator", args.region_mib)
+    try:
+        measure(init, engines, modes, sizes, ops, began, args)
+    finally:
+        init.close()
+    return 0
+
+
+def measure(init, engines, modes, sizes, ops, began, args):
+    """Every point of every placement in `modes`, each printed as it is measured."""
     for mode in modes:
         left = [(op, b) for op in ops for b in sizes]
         if args.deadline and time.monotonic() - began + args.duration > args.deadline:
             emit({"skipped": f"{mode} process(es): the {args.deadline} s deadline was reached"})
             continue
-        target = LocalTarget(args.region_mib) if mode == "one" else ChildTarget(args.region_mib)
+        target = (
+            LocalTarget(engines, args.region_mib)
+            if mode == "one"
+            else ChildTarget(engines, args.region_mib)
+        )
         try:
             while left:
                 if args.deadline and time.monotonic() - began + args.duration > args.deadline:
@@ -304,15 +335,15 @@ def main():
                     emit({"skipped": f"{mode} process(es), {shown}: the {args.deadline} s deadline was reached"})
                     break
                 op, block = left.pop(0)
-                emit({"point": point(init, ibuf, target, op, block, args)})
+                emit({"point": point(init, target, op, block, args)})
         finally:
             target.close()
-    return 0
 
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        status = main()
     except Failure as err:
-        print(f"mooncake driver: {err}", file=sys.stderr)
-        sys.exit(1)
+        print(f"peer driver: {err}", file=sys.stderr)
+        status = 1
+    leave(status)
