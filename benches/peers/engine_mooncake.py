@@ -8,7 +8,7 @@ of each block, and `get_batch_transfer_status`, which waits for a batch and free
 import numpy as np
 from mooncake.engine import TransferEngine
 
-from peer_driver import HOST, Failure
+from peer_driver import HOST, Failure, Rejected
 
 NAME = "mooncake"
 
@@ -48,14 +48,14 @@ class Engine:
         )
         bid = post(*batch)
         if bid == 0:
-            raise Failure(f"{op}: submit returned 0")
+            raise Rejected(f"{op}: submit returned 0")
         return bid
 
     def wait(self, op, bid):
         """Waits for a batch to end (and frees it: never asked twice)."""
         status = self.engine.get_batch_transfer_status([bid])
         if status != 0:
-            raise Failure(f"{op}: batch status {status}")
+            raise Rejected(f"{op}: batch status {status}")
 
     def release(self, prepared):
         """Frees what `prepare` made (nothing, here)."""

@@ -17,7 +17,7 @@ import time
 import numpy as np
 from nixl_cu12 import nixl_agent, nixl_agent_config
 
-from peer_driver import Failure
+from peer_driver import Rejected
 
 NAME = "nixl"
 
@@ -78,7 +78,7 @@ class Engine:
         handle = self.agent.make_prepped_xfer(op, local, idx, far, idx)
         state = self.agent.transfer(handle)
         if state == "ERR":
-            raise Failure(f"{op}: transfer returned ERR")
+            raise Rejected(f"{op}: transfer returned ERR")
         return handle
 
     def wait(self, op, handle):
@@ -88,7 +88,7 @@ class Engine:
             if state == "DONE":
                 break
             if state == "ERR":
-                raise Failure(f"{op}: check_xfer_state returned ERR")
+                raise Rejected(f"{op}: check_xfer_state returned ERR")
             time.sleep(NAP_S)
         self.agent.release_xfer_handle(handle)
 

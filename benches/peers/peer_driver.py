@@ -14,20 +14,23 @@ what it prints into its tables, JSON and plot. The engines:
 
 It measures at the bench's geometry: for each operation (WRITE, READ) and block size it keeps
 `--depth` batches of `--batch` blocks in flight for `--duration` seconds between two registered
-regions of `--region-mib` MiB. Each batch takes the next `--batch` indices of a fixed shuffle of
-the region's blocks (the same indices at both ends) unless `--contiguous`. After each point it
-checks the bytes of every block the point moved: a WRITE left the initiator's pattern in the
-target's blocks, a READ the target's pattern in the initiator's. It runs with both engines in
-this process (`--processes one`), with the target engine in a child process that it spawns
-(`two`), or both.
+regions of `--region-mib` MiB (with `--same-bytes`, a batch of smaller blocks holds as many as
+carry `--batch` blocks of the largest size). Each batch takes the next indices of a fixed
+shuffle of the region's blocks (the same indices at both ends) unless `--contiguous`. After
+each point it checks the bytes of every block the point moved: a WRITE left the initiator's
+pattern in the target's blocks, a READ the target's pattern in the initiator's. It runs with
+both engines in this process (`--processes one`), with the target engine in a child process
+that it spawns (`two`), or both.
 
 Output, one JSON object a line on standard output:
 
 - `{"point": {...}}`: one measurement, with the fields of the bench's `Point` it knows
   (`op`, `cross_process`, `block_bytes`, `batch`, `depth`, `gbps`, `submit_*`, `complete_*`).
-- `{"skipped": "why"}`: what could not be measured (the engine missing, the deadline reached).
+- `{"skipped": "why"}`: what could not be measured (the engine missing, the deadline reached,
+  a batch the engine refused or failed: the driver goes on with the next point).
 
-Exit status 0 unless a transfer failed or its bytes were wrong (then 1, the reason on stderr).
+Exit status 0 unless an engine did not start or a transfer moved the wrong bytes (then 1, the
+reason on stderr).
 """
 
 import argparse
@@ -52,7 +55,12 @@ def emit(obj):
 
 
 class Failure(Exception):
-    """A transfer failed or moved the wrong bytes."""
+    """The driver cannot go on: an engine did not start, or a transfer moved the wrong bytes."""
+
+
+class Rejected(Exception):
+    """The engine refused or failed a batch: the point is reported skipped, with the reason,
+    and the driver goes on with the next one."""
 
 
 # The fill byte of block i: INITIATOR + i % 127 on the initiator, TARGET + i % 127 on the
@@ -229,7 +237,11 @@ def point(init, target, op, block, args):
     """One measurement: `op` of `block`-byte blocks, then its bytes checked."""
     ibuf = init.buf
     blocks = max(1, len(ibuf) // block)
-    batch = min(args.batch, blocks)
+    batch = args.batch
+    if args.same_bytes:
+        largest = max(int(s) << 10 for s in args.sizes_kib.split(",") if s)
+        batch = max(1, args.batch * largest // block)
+    batch = min(batch, blocks)
     order = list(range(blocks))
     if not args.contiguous:
         random.Random(blocks).shuffle(order)
@@ -258,6 +270,14 @@ def point(init, target, op, block, args):
             init.wait(op, handle)
             completes.append((time.perf_counter() - t) * 1e6)
         secs = time.perf_counter() - start
+    except Rejected as err:
+        # The batches still in flight end before their lists are released.
+        for handle, _ in inflight:
+            try:
+                init.wait(op, handle)
+            except Rejected:
+                pass
+        raise Rejected(f"{batch} blocks a batch, {k} posted: {err}") from err
     finally:
         init.release(lists)
     moved = order[: min(k, groups) * batch]
@@ -294,6 +314,11 @@ def main():
     p.add_argument("--region-mib", type=int, default=256)
     p.add_argument("--processes", default="one,two", help="one, two, or both (one,two)")
     p.add_argument("--contiguous", action="store_true", help="batches of adjacent blocks")
+    p.add_argument(
+        "--same-bytes",
+        action="store_true",
+        help="every batch carries --batch blocks of the largest size in bytes",
+    )
     p.add_argument("--deadline", type=float, default=0.0, help="seconds in all (0: none)")
     p.add_argument("--serve-target", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -335,7 +360,10 @@ def measure(init, engines, modes, sizes, ops, began, args):
                     emit({"skipped": f"{mode} process(es), {shown}: the {args.deadline} s deadline was reached"})
                     break
                 op, block = left.pop(0)
-                emit({"point": point(init, target, op, block, args)})
+                try:
+                    emit({"point": point(init, target, op, block, args)})
+                except Rejected as err:
+                    emit({"skipped": f"{mode} process(es), {op} {block >> 10} KiB: {err}"})
         finally:
             target.close()
 

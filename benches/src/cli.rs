@@ -32,6 +32,13 @@ pub struct Args {
     /// operation). The peers get the same.
     #[arg(long, value_enum, default_value_t = crate::Layout::Scattered)]
     pub layout: crate::Layout,
+    /// Every sweep point's transfers carry the same bytes: `--batch` blocks of the largest
+    /// `--sizes-kib` size, so smaller blocks come more to a transfer (4 KiB against 1 MiB: 256
+    /// times `--batch`). With `--layout contiguous` the sweep shows what coalescing saves, a
+    /// run of small blocks against the same bytes in large ones; with `scattered`, what each
+    /// block costs. The peers get the same.
+    #[arg(long)]
+    pub same_bytes: bool,
     /// Seconds per measurement.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
@@ -145,6 +152,17 @@ impl Args {
             .get_or_insert(if quick { 0.1 } else { duration });
     }
 
+    /// Blocks per transfer at sweep points of `block`-byte blocks: `--batch`, or with
+    /// `--same-bytes` as many as carry `--batch` blocks of the largest size (at least one).
+    pub(crate) fn sweep_batch(&self, block: usize) -> u32 {
+        let largest = self.sizes_kib.iter().max().copied().unwrap_or(0) << 10;
+        if !self.same_bytes || block == 0 || largest <= block {
+            return self.batch;
+        }
+        let blocks = u64::from(self.batch) * largest as u64 / block as u64;
+        u32::try_from(blocks).unwrap_or(u32::MAX).max(1)
+    }
+
     /// Whether `what` (`throughput`, `registration`, `notify`, `telemetry`, `scale`) is to be
     /// measured.
     pub(crate) fn measures(&self, what: &str) -> Res<bool> {
@@ -232,6 +250,9 @@ impl Args {
         if self.cross_process {
             v.push("--cross-process".into());
         }
+        if self.same_bytes {
+            v.push("--same-bytes".into());
+        }
         v
     }
 }
@@ -282,6 +303,18 @@ mod tests {
         let full = test_args(&["--duration=0.5"]);
         assert_eq!(full.notify_iters, Some(2000));
         assert_eq!(full.telemetry_duration, Some(0.5));
+    }
+
+    #[test]
+    fn same_bytes_scales_the_batch_to_the_largest_size_and_is_forwarded() {
+        let args = test_args(&["--sizes-kib=4,64,1024", "--batch=16", "--same-bytes"]);
+        assert_eq!(args.sweep_batch(4 << 10), 4096);
+        assert_eq!(args.sweep_batch(64 << 10), 256);
+        assert_eq!(args.sweep_batch(1 << 20), 16);
+        assert!(args.forwarded("nixl").iter().any(|f| f == "--same-bytes"));
+        let plain = test_args(&["--sizes-kib=4,1024", "--batch=16"]);
+        assert_eq!(plain.sweep_batch(4 << 10), 16);
+        assert!(!plain.forwarded("nixl").iter().any(|f| f == "--same-bytes"));
     }
 
     #[test]

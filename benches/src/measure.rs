@@ -274,7 +274,8 @@ pub(crate) fn throughput(
     block: usize,
     (set, ceilings): (&mut WorkingSet, &mut Ceilings),
 ) -> Res<Point> {
-    let shape = shape(args, op, block, Duration::from_secs_f64(args.duration))?;
+    let mut shape = shape(args, op, block, Duration::from_secs_f64(args.duration))?;
+    shape.batch = args.sweep_batch(block).min(shape.blocks);
     let remote = Remote::open(backends, args, backend, shape.blocks, block)?;
     let size = (shape.blocks, block);
     let a = initiator(

@@ -210,6 +210,9 @@ impl Peer {
         if args.layout == crate::Layout::Contiguous {
             cmd.arg("--contiguous");
         }
+        if args.same_bytes {
+            cmd.arg("--same-bytes");
+        }
         if args.quick {
             cmd.arg(format!("--deadline={QUICK_DEADLINE_S}"));
         }
