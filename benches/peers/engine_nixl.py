@@ -69,7 +69,6 @@ class Engine:
         blocks = len(self.buf) // block
         local = self._dlist("NIXL_INIT_AGENT", self.buf.ctypes.data, block, blocks)
         far = self._dlist(remote, target["base"], block, blocks)
-        self.prepared = (local, far)
         return [(local, np.asarray(g, dtype=np.int32), far) for g in groups]
 
     def post(self, op, batch):
@@ -82,19 +81,21 @@ class Engine:
         return handle
 
     def wait(self, op, handle):
-        """Waits for a batch to end, then frees it."""
-        while True:
-            state = self.agent.check_xfer_state(handle)
-            if state == "DONE":
-                break
-            if state == "ERR":
-                raise Rejected(f"{op}: check_xfer_state returned ERR")
-            time.sleep(NAP_S)
-        self.agent.release_xfer_handle(handle)
+        """Waits for a batch to end, then frees it (failed too)."""
+        try:
+            while True:
+                state = self.agent.check_xfer_state(handle)
+                if state == "DONE":
+                    return
+                if state == "ERR":
+                    raise Rejected(f"{op}: check_xfer_state returned ERR")
+                time.sleep(NAP_S)
+        finally:
+            self.agent.release_xfer_handle(handle)
 
     def release(self, prepared):
-        """Frees the descriptor lists `prepare` made."""
-        local, far = self.prepared
+        """Frees the descriptor lists `prepare` made (every batch names the same two)."""
+        local, _, far = prepared[0]
         self.agent.release_dlist_handle(local)
         self.agent.release_dlist_handle(far)
 

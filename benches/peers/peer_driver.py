@@ -14,8 +14,8 @@ what it prints into its tables, JSON and plot. The engines:
 
 It measures at the bench's geometry: for each operation (WRITE, READ) and block size it keeps
 `--depth` batches of `--batch` blocks in flight for `--duration` seconds between two registered
-regions of `--region-mib` MiB (with `--same-bytes`, a batch of smaller blocks holds as many as
-carry `--batch` blocks of the largest size). Each batch takes the next indices of a fixed
+regions of `--region-mib` MiB (`--batches` gives each size its own batch: the bench's
+`--same-bytes`). Each batch takes the next indices of a fixed
 shuffle of the region's blocks (the same indices at both ends) unless `--contiguous`. After
 each point it checks the bytes of every block the point moved: a WRITE left the initiator's
 pattern in the target's blocks, a READ the target's pattern in the initiator's. It runs with
@@ -233,14 +233,10 @@ def summary(v):
     return sum(s) / len(s), s[max(1, -(-len(s) * 99 // 100)) - 1]
 
 
-def point(init, target, op, block, args):
-    """One measurement: `op` of `block`-byte blocks, then its bytes checked."""
+def point(init, target, op, block, batch, args):
+    """One measurement: `op` of `block`-byte blocks, `batch` a batch, then its bytes checked."""
     ibuf = init.buf
     blocks = max(1, len(ibuf) // block)
-    batch = args.batch
-    if args.same_bytes:
-        largest = max(int(s) << 10 for s in args.sizes_kib.split(",") if s)
-        batch = max(1, args.batch * largest // block)
     batch = min(batch, blocks)
     order = list(range(blocks))
     if not args.contiguous:
@@ -315,9 +311,9 @@ def main():
     p.add_argument("--processes", default="one,two", help="one, two, or both (one,two)")
     p.add_argument("--contiguous", action="store_true", help="batches of adjacent blocks")
     p.add_argument(
-        "--same-bytes",
-        action="store_true",
-        help="every batch carries --batch blocks of the largest size in bytes",
+        "--batches",
+        default="",
+        help="blocks per batch at each of --sizes-kib, in order (default: --batch at every size)",
     )
     p.add_argument("--deadline", type=float, default=0.0, help="seconds in all (0: none)")
     p.add_argument("--serve-target", action="store_true", help=argparse.SUPPRESS)
@@ -331,18 +327,22 @@ def main():
         return serve_target(engines, args.region_mib)
     began = time.monotonic()
     sizes = [int(s) << 10 for s in args.sizes_kib.split(",") if s]
+    batches = [int(b) for b in args.batches.split(",") if b] or [args.batch] * len(sizes)
+    if len(batches) != len(sizes):
+        raise Failure(f"--batches names {len(batches)} batches for {len(sizes)} sizes")
     ops = [o.upper() for o in args.ops.split(",") if o]
     modes = [m for m in args.processes.split(",") if m]
     init = engines.Engine("initiator", args.region_mib)
     try:
-        measure(init, engines, modes, sizes, ops, began, args)
+        measure(init, engines, modes, dict(zip(sizes, batches)), ops, began, args)
     finally:
         init.close()
     return 0
 
 
 def measure(init, engines, modes, sizes, ops, began, args):
-    """Every point of every placement in `modes`, each printed as it is measured."""
+    """Every point of every placement in `modes` (`sizes`: block bytes to blocks a batch),
+    each printed as it is measured."""
     for mode in modes:
         left = [(op, b) for op in ops for b in sizes]
         if args.deadline and time.monotonic() - began + args.duration > args.deadline:
@@ -361,7 +361,7 @@ def measure(init, engines, modes, sizes, ops, began, args):
                     break
                 op, block = left.pop(0)
                 try:
-                    emit({"point": point(init, target, op, block, args)})
+                    emit({"point": point(init, target, op, block, sizes[block], args)})
                 except Rejected as err:
                     emit({"skipped": f"{mode} process(es), {op} {block >> 10} KiB: {err}"})
         finally:

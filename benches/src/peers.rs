@@ -197,21 +197,24 @@ impl Peer {
     fn command(&self, args: &Args, python: &Path, driver: &Path) -> Command {
         let join = |v: &[String]| v.join(",");
         let sizes: Vec<String> = args.sizes_kib.iter().map(|s| s.to_string()).collect();
+        // Each size's batch, by the bench's own rule (`--same-bytes`).
+        let batches: Vec<String> = args
+            .sizes_kib
+            .iter()
+            .map(|s| args.sweep_batch(s << 10).to_string())
+            .collect();
         let mut cmd = Command::new(python);
         cmd.arg(driver)
             .arg(format!("--engine={}", self.name))
             .arg(format!("--sizes-kib={}", join(&sizes)))
             .arg(format!("--ops={}", join(&args.ops)))
-            .arg(format!("--batch={}", args.batch))
+            .arg(format!("--batches={}", join(&batches)))
             .arg(format!("--depth={}", args.depth))
             .arg(format!("--duration={}", args.duration))
             .arg(format!("--region-mib={}", args.region_mib))
             .arg("--processes=one,two");
         if args.layout == crate::Layout::Contiguous {
             cmd.arg("--contiguous");
-        }
-        if args.same_bytes {
-            cmd.arg("--same-bytes");
         }
         if args.quick {
             cmd.arg(format!("--deadline={QUICK_DEADLINE_S}"));
@@ -409,7 +412,7 @@ mod tests {
                 &format!("--engine={}", peer.name),
                 "--sizes-kib=64,1024",
                 "--ops=write,read",
-                "--batch=8",
+                "--batches=8,8",
                 "--depth=2",
                 "--duration=0.3",
                 "--region-mib=64",
@@ -418,6 +421,14 @@ mod tests {
                 assert!(argv.iter().any(|a| a == want), "{want} not in {argv:?}");
             }
             assert!(argv.iter().any(|a| a.starts_with("--deadline=")));
+            // `--same-bytes`: each size's batch carries the bytes of 8 blocks of the largest.
+            let same = test_args(&["--quick", "--batch=8", "--same-bytes"]);
+            let cmd_same = peer.command(&same, Path::new("py"), Path::new("d.py"));
+            assert!(
+                cmd_same.get_args().any(|a| a == "--batches=128,8"),
+                "{:?}",
+                cmd_same.get_args().collect::<Vec<_>>()
+            );
             // NIXL's package goes on PYTHONPATH, Mooncake's comes with the python.
             let path = cmd
                 .get_envs()
