@@ -42,6 +42,13 @@ fn libfabric_shm_killed_peer_leaves_nothing_once_a_transport_opens() {
     );
     live.expect_ok(&Request::add("parent", &descriptor))
         .expect("the live peer adds this process");
+    // Its endpoint for this process opens in the background after the add, or at its first
+    // post: a write makes sure its file is there.
+    live.expect_ok(&Request::Write {
+        name: "parent".into(),
+        pairs: vec![(0, 3)],
+    })
+    .expect("the live peer writes");
     let alive: BTreeSet<String> = named_for(std::process::id())
         .union(&named_for(live.pid()))
         .cloned()

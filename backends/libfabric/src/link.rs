@@ -22,7 +22,9 @@ use crate::local;
 /// One remote endpoint: its address-vector entry, whether it was cut, and the transfers posted
 /// to it since.
 pub(crate) struct Link {
-    pub(crate) addr: fi_addr_t,
+    /// Its entry in the backend's address vector, for a link without an endpoint of its own
+    /// (one with its own has the entry in its endpoint's vector).
+    addr: fi_addr_t,
     name: Vec<u8>,
     /// Its endpoint, which posts hold shared for their whole duration (so a cut that closes
     /// it never runs under one), the cut's mark (apart: a cut that closes nothing never waits
@@ -49,23 +51,71 @@ pub(crate) struct Link {
 
 pub(crate) struct LinkState {
     /// This peer's own endpoint (`endpoint_per_peer`; closed by a cut on `tcp`), else posts
-    /// use the backend's.
+    /// use the backend's. Enabled in the background after the peer is added, or by its
+    /// first post ([`Link::enable_endpoint`]).
     endpoint: Option<Endpoint>,
 }
 
 /// A post's hold on a link that is not cut (see [`Link::hold`]).
 pub(crate) type Held<'a> = LinkHold<'a, LinkState, Transfer>;
 
-impl LinkState {
-    /// The endpoint posts to this peer go through, with its outstanding operations: its own,
-    /// or `main` (the backend's).
-    pub(crate) fn ep_or<'a>(
-        &'a self,
+/// Where a post to a peer goes: the endpoint, its outstanding operations, and the peer's
+/// address in the endpoint's address vector.
+pub(crate) struct Route<'a> {
+    pub(crate) ep: *mut fid_ep,
+    pub(crate) outstanding: &'a Arc<Outstanding>,
+    pub(crate) addr: fi_addr_t,
+}
+
+impl Link {
+    /// Where posts to this peer go, while `held`: its own endpoint, or `main` (the
+    /// backend's). An error when its own endpoint is not enabled (a post enables it first,
+    /// [`Link::enable_endpoint`]; only a cut takes it away, and a held link is not cut).
+    pub(crate) fn route<'a>(
+        &self,
+        held: &'a Held<'_>,
         main: (*mut fid_ep, &'a Arc<Outstanding>),
-    ) -> (*mut fid_ep, &'a Arc<Outstanding>) {
-        self.endpoint
-            .as_ref()
-            .map_or(main, |e| (e.ep, &e.outstanding))
+    ) -> Result<Route<'a>, BackendError> {
+        match (&held.endpoint, self.own_endpoint) {
+            (Some(e), true) if e.is_enabled() => Ok(Route {
+                ep: e.ep,
+                outstanding: &e.outstanding,
+                addr: e.addr,
+            }),
+            (_, true) => Err(BackendError::other(
+                "the peer's endpoint is not open (opening it failed)",
+            )),
+            (_, false) => Ok(Route {
+                ep: main.0,
+                outstanding: main.1,
+                addr: self.addr,
+            }),
+        }
+    }
+
+    /// Opens this peer's own endpoint, if it has one and it is not open yet: called by the
+    /// opener thread soon after the peer is added (`crate::opener`), and by each post before
+    /// it holds the link, so a post never waits for more than the open under way. Nothing to
+    /// do once the link is cut (its posts are refused).
+    pub(crate) fn enable_endpoint(&self) -> Result<(), BackendError> {
+        if !self.own_endpoint {
+            return Ok(());
+        }
+        if let Ok(held) = self.link.hold() {
+            if held.endpoint.as_ref().is_some_and(Endpoint::is_enabled) {
+                return Ok(());
+            }
+        }
+        let mut state = self.link.write();
+        // A cut marks the link before it takes the state: one marked now finds the endpoint
+        // closed or leaves it to this; one marked later waits for this open, then closes it.
+        if self.link.why_cut().is_some() {
+            return Ok(());
+        }
+        match state.endpoint.as_mut() {
+            Some(e) => e.enable(),
+            None => Ok(()),
+        }
     }
 }
 
@@ -261,8 +311,10 @@ impl Links {
     ) -> Result<Arc<Link>, BackendError> {
         let bad = |why: String| BackendError::new(BackendErrorKind::MalformedAddress, why);
         let shm = fabric.provider == "shm";
+        // Only its address vector for now: the endpoint opens in the background
+        // (`crate::opener`).
         let endpoint = match fabric.endpoint_per_peer {
-            true => Some(Endpoint::open(fabric)?),
+            true => Some(Endpoint::new(fabric, name)?),
             false => None,
         };
         let own_endpoint = endpoint.is_some();
@@ -286,8 +338,8 @@ impl Links {
             }
         };
         let addr = match (&endpoint, previous) {
-            // The peer's own address vector, closed with its endpoint.
-            (Some(endpoint), _) => insert(endpoint.av)?,
+            // The entry is in the peer's own address vector (`Endpoint::new`).
+            (Some(_), _) => 0,
             // shm keeps entries in the shared vector (see `release`): the cut one's is reused.
             (None, Some(cut)) if shm => cut.addr,
             (None, _) => insert(fabric.av)?,

@@ -10,10 +10,10 @@ use std::sync::atomic::Ordering;
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
 use libfabric_sys::*;
 
-use crate::completion::{OpContext, Outstanding, Transfer};
+use crate::completion::{OpContext, Transfer};
 use crate::errors::{self, EAGAIN};
 use crate::fabric::Fabric;
-use crate::link::Link;
+use crate::link::{Link, Route};
 
 /// What one operation does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -62,25 +62,24 @@ pub(crate) struct RmaOp {
 // released; the op is only data.
 unsafe impl Send for RmaOp {}
 
-/// Posts `op` to the peer at `addr` through `ep` (whose outstanding operations are
-/// `outstanding`) as part of `transfer`. Returns libfabric's result: 0 when posted (the
+/// Posts `op` to the peer along `route` as part of `transfer`. Returns libfabric's result: 0 when posted (the
 /// transfer then counts it pending until its completion).
 ///
 /// # Safety
 ///
-/// `ep` is a live endpoint whose address vector holds `addr`; `desc` is the local
+/// `route.ep` is a live endpoint whose address vector holds `route.addr`; `desc` is the local
 /// registration's descriptor; `op.local` lies in the registered region for `op.len` bytes,
 /// which stays valid until the transfer is released; the remote range lies inside the peer's
 /// registered region. A send needs no local descriptor (the backend carries notifications
 /// only where the provider does not require `FI_MR_LOCAL`).
 pub(crate) unsafe fn post_one(
-    (ep, outstanding): (*mut fid_ep, &Arc<Outstanding>),
-    addr: fi_addr_t,
+    route: &Route<'_>,
     desc: *mut c_void,
     op: &RmaOp,
     transfer: &Arc<Transfer>,
 ) -> isize {
-    let context = OpContext::new(transfer.clone(), outstanding);
+    let (ep, addr) = (route.ep, route.addr);
+    let context = OpContext::new(transfer.clone(), route.outstanding);
     transfer.op_posting();
     let delivery = (FI_DELIVERY_COMPLETE | FI_COMPLETION) as u64;
     let ret = if op.op == Verb::Send {
@@ -154,15 +153,18 @@ pub(crate) unsafe fn submit(
     transfer: &Arc<Transfer>,
     mut ops: Vec<RmaOp>,
 ) -> Result<(), BackendError> {
+    // Its own endpoint, if it has one, is open before the hold (the opener thread opens it
+    // soon after the peer is added; a post that comes first opens it, or waits for that).
+    link.enable_endpoint()?;
     // Held until every operation is posted or queued: a cut waits for it.
     let held = link.hold()?;
-    let ep = held.ep_or((fabric.ep, &fabric.outstanding));
+    let route = link.route(&held, (fabric.ep, &fabric.outstanding))?;
     // Behind operations already queued for this peer, in order.
     let mut queue_from = (link.queued.load(Ordering::Acquire) > 0).then_some(0);
     if queue_from.is_none() {
         for (i, rma) in ops.iter().enumerate() {
             // SAFETY: per this function's contract; the link holds its address-vector entry.
-            let ret = unsafe { post_one(ep, link.addr, fabric.desc, rma, transfer) };
+            let ret = unsafe { post_one(&route, fabric.desc, rma, transfer) };
             if ret == EAGAIN {
                 queue_from = Some(i);
                 break;

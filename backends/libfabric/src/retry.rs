@@ -306,10 +306,13 @@ unsafe fn post_queued(
         Ok(held) => held,
         Err(e) => return Some(as_reason(&e)),
     };
-    let ep = held.ep_or((main.0, &main.1));
+    let route = match link.route(&held, (main.0, &main.1)) {
+        Ok(route) => route,
+        Err(e) => return Some(as_reason(&e)),
+    };
     while let Some(op) = q.ops.front() {
         // SAFETY: per this function's contract.
-        let ret = unsafe { post_one(ep, link.addr, main.2, op, &q.transfer) };
+        let ret = unsafe { post_one(&route, main.2, op, &q.transfer) };
         if ret == EAGAIN {
             if q.since.elapsed() > give_up_after {
                 return Some(FailureReason::RemoteDisconnect(format!(
