@@ -91,7 +91,11 @@
 //!   `FI_UNIVERSE_SIZE`, 1,024, times its connections' transmit depth, 128). The queue's
 //!   pages become resident as completions go once around it (about 41 bytes per transfer
 //!   for the first 262,144 transfers), then resident memory stays flat
-//!   (`conformance/tests/memory.rs`). Those are libfabric's process-wide environment
+//!   (`conformance/tests/memory.rs`). Each peer's own endpoint has such a queue: with 16
+//!   peers, memory grows until each has gone once around its own, up to 12 MiB a peer (the
+//!   bench's scale mode, transfers spread over 16 peers: +46 MiB over 1,000,000, +174 MiB
+//!   over 6,000,000 and +160 MiB over 12,000,000: bounded; runs 1796396952 and 1796397189).
+//!   Those are libfabric's process-wide environment
 //!   settings, read at its first call: set them lower before starting a process that opens
 //!   many peers.
 //!
