@@ -118,6 +118,7 @@
 //! |---|---|---|
 //! | `backend` | `UCX` | NIXL backend plugin |
 //! | `num_threads` | the plugin's | the plugin's `num_threads` parameter (UCX: progress threads) |
+//! | `progress_delay_us` | [`DEFAULT_PROGRESS_DELAY_US`] | the agent's progress thread sweeps every worker at least this often (NIXL's `pthrDelay`, rounded up to whole ms by its UCX plugin); between sweeps it sleeps until a worker has an event. `0` makes it spin |
 //! | `param.<key>` | | any other plugin parameter, passed as is |
 //! | `lib_dir` | [`LIB_DIR_ENV`], else [`DEFAULT_LIB_DIR`] | directory of `libnixl_capi.so` |
 
@@ -179,6 +180,18 @@ pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
 /// ```
 pub const KIND: &str = "nixl";
 
+/// How often, at least, the agent's progress thread sweeps its workers (µs; option
+/// `progress_delay_us`). Between sweeps it sleeps in `poll` until a worker has an event, so
+/// this bounds only the progress of an event UCX fails to signal (NIXL keeps the sweep as a
+/// workaround for that). nixl-sys's `Agent::new` and NIXL's Python `nixl_agent` pass 0, with
+/// which the thread never sleeps: measured here, an idle agent then took a whole core (1.0 of
+/// one, against 0.04 with 100 µs, which NIXL rounds up to 1 ms).
+///
+/// ```
+/// assert_eq!(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US, 1_000);
+/// ```
+pub const DEFAULT_PROGRESS_DELAY_US: u64 = 1_000;
+
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {
     span: RegionSpan,
@@ -237,10 +250,15 @@ impl OpenBackend for NixlBackend {
         if let Some(n) = options.take::<u32>("num_threads").map_err(open_err)? {
             plugin_params.push(("num_threads".into(), n.to_string()));
         }
+        let progress_delay_us = options
+            .take::<u64>("progress_delay_us")
+            .map_err(open_err)?
+            .unwrap_or(DEFAULT_PROGRESS_DELAY_US);
         options.finish(KIND).map_err(open_err)?;
         runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
         let (inner, address) =
-            Inner::open(&span, &name, &plugin, &plugin_params).map_err(open_err)?;
+            Inner::open(&span, &name, &plugin, &plugin_params, progress_delay_us)
+                .map_err(open_err)?;
         let inner = Arc::new(Mutex::new(Some(inner)));
         let receiver = Arc::new(notify::Receiver::new(inbox));
         let backend = NixlBackend {

@@ -1,6 +1,9 @@
 //! The nixl backend's raw baseline: the same batches between two NIXL agents in this process,
 //! through nixl-sys directly (prepared descriptor lists, `make_xfer_req` + `post_xfer_req` per
-//! transfer, `get_xfer_status` until done): NIXL with nothing of blockwire in between.
+//! transfer, `get_xfer_status` until done): NIXL with nothing of blockwire in between. Its
+//! agents are configured as the backend's (a progress thread that sleeps between events,
+//! `blockwire_nixl::DEFAULT_PROGRESS_DELAY_US`): with nixl-sys's `Agent::new` the thread
+//! spins, which on this 2-core machine cost NIXL itself most of its throughput.
 
 use std::time::Instant;
 
@@ -8,8 +11,8 @@ use blockwire::{Op, Region};
 use blockwire_bench::{Res, Shape};
 use blockwire_nixl::Dram;
 use nixl_sys::{
-    Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle, XferOp, XferRequest,
-    XferStatus,
+    Agent, AgentConfig, MemType, RegistrationHandle, ThreadSync, XferDescList, XferDlistHandle,
+    XferOp, XferRequest, XferStatus,
 };
 
 /// One agent with one registered region.
@@ -20,7 +23,13 @@ struct Side {
 
 impl Side {
     fn open(name: &str, plugin: &str, region: &Region) -> Res<Side> {
-        let agent = Agent::new(name)?;
+        let config = AgentConfig {
+            enable_prog_thread: true,
+            thread_sync: ThreadSync::Default,
+            pthr_delay_us: blockwire_nixl::DEFAULT_PROGRESS_DELAY_US,
+            ..AgentConfig::default()
+        };
+        let agent = Agent::new_configured(name, &config)?;
         let (_mems, params) = agent.get_plugin_params(plugin)?;
         agent.create_backend(plugin, &params)?;
         let dram = Dram::new(region.span().base().as_ptr() as usize, region.span().len());
