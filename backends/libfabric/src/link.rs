@@ -22,9 +22,9 @@ use crate::local;
 /// One remote endpoint: its address-vector entry, whether it was cut, and the transfers posted
 /// to it since.
 pub(crate) struct Link {
-    /// Its entry in the backend's address vector, for a link without an endpoint of its own
-    /// (one with its own has the entry in its endpoint's vector).
-    addr: fi_addr_t,
+    /// Its entry in the backend's address vector; `None` when the peer has an endpoint of its
+    /// own (`endpoint_per_peer`), whose own vector holds the entry.
+    shared_addr: Option<fi_addr_t>,
     name: Vec<u8>,
     /// Its endpoint, which posts hold shared for their whole duration (so a cut that closes
     /// it never runs under one), the cut's mark (apart: a cut that closes nothing never waits
@@ -38,8 +38,6 @@ pub(crate) struct Link {
     /// The `shm` provider's file of a peer in another process: the provider removes it when
     /// the peer's endpoint closes, after which that peer never serves an operation again.
     shm_file: Option<PathBuf>,
-    /// The peer has an endpoint of its own (`endpoint_per_peer`).
-    own_endpoint: bool,
     /// Transfers with operations queued for the retry thread to post (`crate::retry`):
     /// later posts queue behind them.
     pub(crate) queued: AtomicUsize,
@@ -68,6 +66,11 @@ pub(crate) struct Route<'a> {
 }
 
 impl Link {
+    /// Whether the peer has an endpoint of its own (`endpoint_per_peer`).
+    fn own_endpoint(&self) -> bool {
+        self.shared_addr.is_none()
+    }
+
     /// Where posts to this peer go, while `held`: its own endpoint, or `main` (the
     /// backend's). An error when its own endpoint is not enabled (a post enables it first,
     /// [`Link::enable_endpoint`]; only a cut takes it away, and a held link is not cut).
@@ -76,20 +79,20 @@ impl Link {
         held: &'a Held<'_>,
         main: (*mut fid_ep, &'a Arc<Outstanding>),
     ) -> Result<Route<'a>, BackendError> {
-        match (&held.endpoint, self.own_endpoint) {
-            (Some(e), true) if e.is_enabled() => Ok(Route {
+        match (&held.endpoint, self.shared_addr) {
+            (_, Some(addr)) => Ok(Route {
+                ep: main.0,
+                outstanding: main.1,
+                addr,
+            }),
+            (Some(e), None) if e.is_enabled() => Ok(Route {
                 ep: e.ep,
                 outstanding: &e.outstanding,
                 addr: e.addr,
             }),
-            (_, true) => Err(BackendError::other(
+            (_, None) => Err(BackendError::other(
                 "the peer's endpoint is not open (opening it failed)",
             )),
-            (_, false) => Ok(Route {
-                ep: main.0,
-                outstanding: main.1,
-                addr: self.addr,
-            }),
         }
     }
 
@@ -98,7 +101,7 @@ impl Link {
     /// it holds the link, so a post never waits for more than the open under way. Nothing to
     /// do once the link is cut (its posts are refused).
     pub(crate) fn enable_endpoint(&self) -> Result<(), BackendError> {
-        if !self.own_endpoint {
+        if !self.own_endpoint() {
             return Ok(());
         }
         if let Ok(held) = self.link.hold() {
@@ -207,7 +210,7 @@ impl Link {
     pub(crate) fn cut_local_peer(&self) {
         self.cut(
             "the peer transport in this process closed",
-            self.own_endpoint,
+            self.own_endpoint(),
         );
     }
 
@@ -235,7 +238,7 @@ impl Link {
                 }
                 None => false,
             }
-        } else if self.own_endpoint {
+        } else if self.own_endpoint() {
             self.cut("its endpoint was closed", true);
             true
         } else {
@@ -317,7 +320,6 @@ impl Links {
             true => Some(Endpoint::new(fabric, name)?),
             false => None,
         };
-        let own_endpoint = endpoint.is_some();
         let insert = |av: *mut fid_av| {
             let mut addr: fi_addr_t = 0;
             // SAFETY: a live address vector; `name` holds one address of the provider's
@@ -337,12 +339,12 @@ impl Links {
                 n => Err(bad(format!("fi_av_insert accepted {n} of 1 addresses"))),
             }
         };
-        let addr = match (&endpoint, previous) {
+        let shared_addr = match (&endpoint, previous) {
             // The entry is in the peer's own address vector (`Endpoint::new`).
-            (Some(_), _) => 0,
+            (Some(_), _) => None,
             // shm keeps entries in the shared vector (see `release`): the cut one's is reused.
-            (None, Some(cut)) if shm => cut.addr,
-            (None, _) => insert(fabric.av)?,
+            (None, Some(cut)) if shm && cut.shared_addr.is_some() => cut.shared_addr,
+            (None, _) => Some(insert(fabric.av)?),
         };
         // `process` is set only for a name of the provider's exact form (`shm_pid`), which
         // holds no '/': the file is in /dev/shm.
@@ -351,13 +353,12 @@ impl Links {
             _ => None,
         };
         Ok(Arc::new(Link {
-            addr,
+            shared_addr,
             name: name.to_vec(),
             link: CuttableLink::new(LinkState { endpoint }),
             peers: AtomicUsize::new(1),
             process,
             shm_file,
-            own_endpoint,
             queued: AtomicUsize::new(0),
             _peer_fabric: peer_fabric,
         }))
@@ -372,7 +373,7 @@ impl Links {
             return;
         }
         link.remove_dead_peer_file();
-        if fabric.provider == "shm" && !link.own_endpoint {
+        if fabric.provider == "shm" && !link.own_endpoint() {
             // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection
             // crashes in fi_cq_read or fi_av_insert, or its writes are never completed; found
             // by the model-based test), so entries of the backend's vector stay until the
@@ -385,10 +386,9 @@ impl Links {
         {
             by_name.remove(&link.name);
         }
-        if link.own_endpoint {
+        let Some(mut addr) = link.shared_addr else {
             return;
-        }
-        let mut addr = link.addr;
+        };
         // SAFETY: a live address vector and an entry no connected peer uses, removed once
         // (a link is cut only on shm or with its own endpoint, and neither gets here); no
         // transfer to it is held (the generic layer disconnects only after every one is

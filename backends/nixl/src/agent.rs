@@ -5,9 +5,7 @@ use std::collections::HashMap;
 use blockwire_core::{
     BackendError, BackendErrorKind, BackendOptions, RegionSpan, RegisteredRegion,
 };
-use nixl_sys::{
-    Agent, AgentConfig, MemType, RegistrationHandle, ThreadSync, XferDescList, XferDlistHandle,
-};
+use nixl_sys::{Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle};
 
 use crate::{Dram, address, notify};
 
@@ -65,15 +63,7 @@ impl Inner {
         plugin_params: &[(String, String)],
         progress_delay_us: u64,
     ) -> Result<(Inner, Vec<u8>), BackendError> {
-        // As `Agent::new` makes it (a progress thread, NIXL's default thread sync), but for
-        // the progress thread's sweep interval, which is 0 there: a thread that never sleeps.
-        let config = AgentConfig {
-            enable_prog_thread: true,
-            thread_sync: ThreadSync::Default,
-            pthr_delay_us: progress_delay_us,
-            ..AgentConfig::default()
-        };
-        let agent = Agent::new_configured(name, &config)
+        let agent = Agent::new_configured(name, &crate::agent_config(progress_delay_us))
             .map_err(|e| nixl_error("creating the agent", e))?;
         let (_mems, mut params) = agent
             .get_plugin_params(plugin)

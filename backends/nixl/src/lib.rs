@@ -192,6 +192,25 @@ pub const KIND: &str = "nixl";
 /// ```
 pub const DEFAULT_PROGRESS_DELAY_US: u64 = 1_000;
 
+/// The configuration this backend makes its agent with: as nixl-sys's `Agent::new` makes one
+/// (a progress thread, NIXL's default thread sync), but with the progress thread sweeping
+/// every `progress_delay_us` instead of spinning (see [`DEFAULT_PROGRESS_DELAY_US`]). For a
+/// program that drives NIXL itself alongside, as the bench's raw baseline does.
+///
+/// ```
+/// let config = blockwire_nixl::agent_config(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US);
+/// assert!(config.enable_prog_thread);
+/// assert_eq!(config.pthr_delay_us, 1_000);
+/// ```
+pub fn agent_config(progress_delay_us: u64) -> nixl_sys::AgentConfig {
+    nixl_sys::AgentConfig {
+        enable_prog_thread: true,
+        thread_sync: nixl_sys::ThreadSync::Default,
+        pthr_delay_us: progress_delay_us,
+        ..nixl_sys::AgentConfig::default()
+    }
+}
+
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {
     span: RegionSpan,

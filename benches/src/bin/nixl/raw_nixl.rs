@@ -11,8 +11,8 @@ use blockwire::{Op, Region};
 use blockwire_bench::{Res, Shape};
 use blockwire_nixl::Dram;
 use nixl_sys::{
-    Agent, AgentConfig, MemType, RegistrationHandle, ThreadSync, XferDescList, XferDlistHandle,
-    XferOp, XferRequest, XferStatus,
+    Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle, XferOp, XferRequest,
+    XferStatus,
 };
 
 /// One agent with one registered region.
@@ -23,12 +23,7 @@ struct Side {
 
 impl Side {
     fn open(name: &str, plugin: &str, region: &Region) -> Res<Side> {
-        let config = AgentConfig {
-            enable_prog_thread: true,
-            thread_sync: ThreadSync::Default,
-            pthr_delay_us: blockwire_nixl::DEFAULT_PROGRESS_DELAY_US,
-            ..AgentConfig::default()
-        };
+        let config = blockwire_nixl::agent_config(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US);
         let agent = Agent::new_configured(name, &config)?;
         let (_mems, params) = agent.get_plugin_params(plugin)?;
         agent.create_backend(plugin, &params)?;
