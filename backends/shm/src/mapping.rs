@@ -14,7 +14,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use blockwire_core::kit::ProcessWatch;
+use blockwire_core::kit::{ProcessWatch, advise_huge_pages};
 use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 
 /// Seals a memfd must carry for a peer to map it: no shrinking (a mapping would fault beyond
@@ -97,7 +97,13 @@ pub(crate) unsafe fn map_shared(
             &std::io::Error::last_os_error(),
         ));
     }
-    NonNull::new(p.cast::<u8>()).ok_or_else(|| BackendError::other("mmap returned null"))
+    let base =
+        NonNull::new(p.cast::<u8>()).ok_or_else(|| BackendError::other("mmap returned null"))?;
+    // Copies into a peer's region cross as many pages here as in its own mapping: ask for the
+    // huge pages its owner asked for (taken where the kernel allows them for shared memory).
+    // SAFETY: `base..base + len` is the mapping made above.
+    unsafe { advise_huge_pages(base, len, what) };
+    Ok(base)
 }
 
 /// The region's side: a duplicate of its memfd, kept open so peers can duplicate it.

@@ -4,13 +4,10 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
+use blockwire_core::kit::advise_huge_pages;
 use blockwire_core::{Error, Result};
 
 use super::REGION_ALIGN;
-
-/// Owned regions at least this large ask the kernel for transparent huge pages (2 MiB on
-/// x86_64): 512 times fewer first-touch faults, and fewer TLB misses when blocks are copied.
-const HUGE_PAGE_HINT_BYTES: usize = 2 << 20;
 
 /// The seals of a shared region's memfd: its size is fixed (a peer's mapping can never fault
 /// for a page beyond the end) and the seals themselves cannot change.
@@ -76,18 +73,8 @@ impl Mapping {
                 "the kernel mapped {len} bytes at {base:p}, not {REGION_ALIGN}-aligned"
             )));
         }
-        if len >= HUGE_PAGE_HINT_BYTES {
-            // SAFETY: advice on the mapping made above; MADV_HUGEPAGE changes no content.
-            let rc = unsafe { libc::madvise(ptr, len, libc::MADV_HUGEPAGE) };
-            if rc != 0 {
-                tracing::debug!(
-                    bytes = len,
-                    ?memory,
-                    error = %std::io::Error::last_os_error(),
-                    "region: no transparent huge pages (a hint; the region works without)"
-                );
-            }
-        }
+        // SAFETY: `base..base + len` is the mapping made above.
+        unsafe { advise_huge_pages(base, len, "an owned region") };
         Ok(mapping)
     }
 

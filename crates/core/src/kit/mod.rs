@@ -16,7 +16,8 @@
 //! - [`spawn`]: how each of blockwire's own threads is started (a batch thread, which never
 //!   preempts the caller's threads when woken);
 //! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
-//!   sides, as runs a backend moves with one operation each.
+//!   sides, as runs a backend moves with one operation each;
+//! - [`advise_huge_pages`]: the transparent-huge-page hint for large mappings.
 
 mod address;
 mod cell;
@@ -24,6 +25,7 @@ mod doorbell;
 mod inbox;
 mod link;
 mod live;
+mod pages;
 mod posted;
 pub mod process;
 mod progress;
@@ -36,6 +38,7 @@ pub use doorbell::Doorbell;
 pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};
+pub use pages::{HUGE_PAGE_HINT_BYTES, advise_huge_pages};
 pub use posted::PostedTransfers;
 pub use process::ProcessWatch;
 pub use progress::{DEFAULT_IDLE_SLEEP, ProgressThread};
