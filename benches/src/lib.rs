@@ -123,6 +123,7 @@ mod peers;
 mod remote;
 mod report;
 mod scale;
+mod wake;
 
 use std::path::Path;
 use std::process::ExitCode;

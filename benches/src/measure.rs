@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::ceiling::{CeilingKind, Ceilings, WorkingSet};
 use crate::remote::{PEER, Remote, initiator};
+use crate::wake::WakeProbe;
 use crate::{Args, Backends, Res, Shape, Waiting};
 
 /// One throughput measurement.
@@ -60,6 +61,13 @@ pub struct Point {
     /// threads not.
     #[serde(default)]
     pub submit_p99_on_core_us: Option<f64>,
+    /// 99th percentile of the time to wake a thread blocked on a channel, µs, timed right
+    /// after submits (at most one a millisecond; see the `wake` module): what handing work
+    /// to a sleeping thread costs the caller on this machine under this load. A submit that
+    /// never waits still hands its transfer over, so this bounds the submit's tail from
+    /// below. `None` where not measured (the peers, older runs).
+    #[serde(default)]
+    pub wake_p99_us: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
     pub complete_avg_us: f64,
     /// 99th percentile of the completion time, µs.
@@ -117,6 +125,8 @@ pub(crate) struct Pumped {
     pub(crate) submits_on_core: Vec<f64>,
     /// Each transfer from submit to reported done, µs.
     pub(crate) completes: Vec<f64>,
+    /// Each wake probe right after a submit, µs ([`WakeProbe`]).
+    pub(crate) wakes: Vec<f64>,
 }
 
 /// How the driver waits between its submits (`--waiting`, `--poll-sleep-us`).
@@ -154,6 +164,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
     let mut submits_on_core = Vec::new();
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
+    let mut wake = WakeProbe::start()?;
     short_timer_slack();
     let start = Instant::now();
     let mut completed_us = 0.0;
@@ -173,6 +184,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
             if switches.is_some() && preemptions() == switches {
                 submits_on_core.push(us);
             }
+            wake.probe();
             inflight.push((id, t));
         }
         if inflight.is_empty() {
@@ -211,6 +223,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         submits,
         submits_on_core,
         completes,
+        wakes: wake.finish(),
     })
 }
 
@@ -294,6 +307,7 @@ pub(crate) fn throughput(
         submits,
         submits_on_core,
         completes,
+        wakes,
     } = pump(&*a, &shape, Driver::of(args))?;
     a.close()?;
     drop((a, remote));
@@ -301,6 +315,7 @@ pub(crate) fn throughput(
     let (submit_preempted, submit_p99_on_core_us) = preempted(submits.len(), submits_on_core);
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
+    let wake_p99_us = (!wakes.is_empty()).then(|| Summary::of(wakes).p99);
     Ok(Point {
         backend: backend.to_owned(),
         op: op.to_string(),
@@ -321,6 +336,7 @@ pub(crate) fn throughput(
         submit_p99_us,
         submit_preempted,
         submit_p99_on_core_us,
+        wake_p99_us,
         complete_avg_us,
         complete_p99_us,
     })

@@ -149,6 +149,7 @@ impl Peer {
                     submit_p99_us: r.submit_p99_us,
                     submit_preempted: None,
                     submit_p99_on_core_us: None,
+                    wake_p99_us: None,
                     complete_avg_us: r.complete_avg_us,
                     complete_p99_us: r.complete_p99_us,
                 }));

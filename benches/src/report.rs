@@ -167,13 +167,14 @@ pub(crate) fn print_tables(run: &Run) {
         );
     }
     let fmt = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
+    let us = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.1}us"));
     for (backend, op, xp) in series(run) {
         println!(
             "{backend} {op}{}",
             if xp { " (peer in another process)" } else { "" }
         );
         println!(
-            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
+            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10}",
             "block",
             "batch",
             "depth",
@@ -186,6 +187,7 @@ pub(crate) fn print_tables(run: &Run) {
             "submit",
             "sub p99",
             "core p99",
+            "wake p99",
             "complete",
             "cmp p99"
         );
@@ -200,7 +202,7 @@ pub(crate) fn print_tables(run: &Run) {
                 .map(|q| p.gbps / q.gbps);
             println!(
                 "{:>8}K {:>6} {:>6} {:>8.2} {:>6.2} {:>5} {:>6.2} {:>6} {:>9} {:>7.1}us {:>7.1}us \
-                 {:>9} {:>8.1}us {:>8.1}us",
+                 {:>9} {:>9} {:>8.1}us {:>8.1}us",
                 p.block_bytes >> 10,
                 p.batch,
                 p.depth,
@@ -212,8 +214,8 @@ pub(crate) fn print_tables(run: &Run) {
                 fmt(peer),
                 p.submit_avg_us,
                 p.submit_p99_us,
-                p.submit_p99_on_core_us
-                    .map_or_else(|| "-".to_owned(), |us| format!("{us:.1}us")),
+                us(p.submit_p99_on_core_us),
+                us(p.wake_p99_us),
                 p.complete_avg_us,
                 p.complete_p99_us
             );
@@ -388,6 +390,7 @@ mod tests {
             submit_p99_us: 0.0,
             submit_preempted: None,
             submit_p99_on_core_us: None,
+            wake_p99_us: None,
             complete_avg_us: 0.0,
             complete_p99_us: 0.0,
         }
