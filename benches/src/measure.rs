@@ -64,8 +64,9 @@ pub struct Point {
     /// 99th percentile of the time to wake a thread blocked on a channel, µs, timed right
     /// after submits (at most one a millisecond; see the `wake` module): what handing work
     /// to a sleeping thread costs the caller on this machine under this load. A submit that
-    /// never waits still hands its transfer over, so this bounds the submit's tail from
-    /// below. `None` where not measured (the peers, older runs).
+    /// never waits still hands its transfer over (to the posting or copy threads), so a tail
+    /// the kernel adds to that hand-over shows here as well as in the submit's p99. `None`
+    /// where not measured (the peers, older runs).
     #[serde(default)]
     pub wake_p99_us: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
