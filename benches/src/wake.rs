@@ -57,24 +57,19 @@ impl WakeProbe {
         }
     }
 
-    /// Each probe's time, µs; stops the thread.
+    /// Each probe's time, µs; the thread stops as the probe drops.
     pub(crate) fn finish(mut self) -> Vec<f64> {
-        self.stop();
         std::mem::take(&mut self.wakes)
-    }
-
-    fn stop(&mut self) {
-        // Closing the channel ends the thread's loop.
-        self.tx = None;
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
 impl Drop for WakeProbe {
     fn drop(&mut self) {
-        self.stop();
+        // Closing the channel ends the thread's loop.
+        self.tx = None;
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 

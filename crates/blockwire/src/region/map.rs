@@ -73,8 +73,12 @@ impl Mapping {
                 "the kernel mapped {len} bytes at {base:p}, not {REGION_ALIGN}-aligned"
             )));
         }
+        let what = match memory {
+            Memory::Private => "a private region",
+            Memory::Shared => "a region in shared memory",
+        };
         // SAFETY: `base..base + len` is the mapping made above.
-        unsafe { advise_huge_pages(base, len, "an owned region") };
+        unsafe { advise_huge_pages(base, len, what) };
         Ok(mapping)
     }
 
