@@ -9,6 +9,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
+use blockwire::Region;
 use serde::{Deserialize, Serialize};
 
 use crate::{Args, Res};
@@ -16,45 +17,102 @@ use crate::{Args, Res};
 /// Bytes of each `write` (and `read`) of the TCP ceiling.
 const TCP_CHUNK: usize = 4 << 20;
 
-/// Two buffers the size of one region, which the memory figures copy between: a
-/// single-thread `memcpy` (measured again before every point so that it sees the same machine
-/// load as the point) and the threads of the memory ceiling.
+/// Bytes of a page: the unit the working set's regions are made of.
+const PAGE: usize = 4096;
+
+/// The buffers the memory figures copy between, each pair the size of one region and
+/// allocated as blockwire allocates regions (so with the huge-page hint its regions get: the
+/// ceiling is what the machine does at best, not with smaller pages than the backends use):
+/// a single-thread `memcpy` (measured again before every point so that it sees the same
+/// machine load as the point) and the threads of the memory ceiling copy between private
+/// memory ([`Region::new`]); the shared-memory figure between two shared-memory mappings
+/// ([`Region::new_shared`]), which is what a copy into a peer's shared region can reach on
+/// this kernel.
 pub(crate) struct WorkingSet {
-    src: Vec<u8>,
-    dst: Vec<u8>,
+    private: Pair,
+    shared: Pair,
 }
 
 impl WorkingSet {
-    pub(crate) fn new(bytes: usize) -> Self {
-        let src = vec![1u8; bytes];
-        let mut dst = vec![0u8; bytes];
-        dst.copy_from_slice(&src); // touch every page first
-        WorkingSet { src, dst }
+    /// Two pairs of `bytes` each (at least a page).
+    pub(crate) fn new(bytes: usize) -> Res<Self> {
+        Ok(WorkingSet {
+            private: Pair::new(bytes, Region::new)?,
+            shared: Pair::new(bytes, Region::new_shared)?,
+        })
     }
 
     /// Sustained single-thread GB/s over at least `time` (whole passes, at least one).
     pub(crate) fn gbps(&mut self, time: Duration) -> f64 {
         // The plain `memcpy` a user would write.
-        self.threads_copy_gbps(1, time, CopyWith::Memcpy)
+        self.private.threads_copy_gbps(1, time, CopyWith::Memcpy)
     }
 
-    /// GB/s of `threads` threads started together, each copying its share of the set again
-    /// and again for at least `time`: all the bytes over the longest thread's time.
+    /// GB/s of `threads` threads started together, each copying its share of the private
+    /// pair again and again for at least `time`: all the bytes over the longest thread's time.
     fn threads_gbps(&mut self, threads: usize, time: Duration) -> f64 {
-        // The best of the C library's copy and streaming stores (shm's copy kernel): on some
-        // machines one, on others the other is what the memory does at best.
+        self.private.best_gbps(threads, time)
+    }
+
+    /// As [`WorkingSet::threads_gbps`], between the two shared-memory mappings.
+    fn shared_threads_gbps(&mut self, threads: usize, time: Duration) -> f64 {
+        self.shared.best_gbps(threads, time)
+    }
+}
+
+/// A source and a destination of one kind of memory.
+struct Pair {
+    src: Region,
+    dst: Region,
+}
+
+impl Pair {
+    fn new(bytes: usize, make: fn(u32, usize) -> blockwire::Result<Region>) -> Res<Self> {
+        let pages = u32::try_from(bytes.div_ceil(PAGE).max(1))
+            .map_err(|_| format!("a working set of {bytes} bytes is too large"))?;
+        let mut pair = Pair {
+            src: make(pages, PAGE)?,
+            dst: make(pages, PAGE)?,
+        };
+        // Every page touched first: a region's pages come lazily, and reads of never-written
+        // pages all hit one shared zero page (in cache), not memory.
+        let (src, dst) = pair.buffers();
+        src.fill(1);
+        dst.copy_from_slice(src);
+        Ok(pair)
+    }
+
+    /// The two buffers, for as long as the pair is borrowed.
+    fn buffers(&mut self) -> (&mut [u8], &mut [u8]) {
+        let len = self.src.len();
+        // SAFETY: each region is `len` bytes (same size) of memory this pair owns, mapped
+        // read-write until the region drops, which the borrow of `self` rules out while the
+        // slices live; a region hands out no reference to its bytes and nothing else of the
+        // bench holds a pointer into these, so `&mut self` makes both slices exclusive; the
+        // two are distinct mappings, so they do not overlap.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(self.src.span().base().as_ptr(), len),
+                std::slice::from_raw_parts_mut(self.dst.span().base().as_ptr(), len),
+            )
+        }
+    }
+
+    /// The best of the C library's copy and streaming stores (shm's copy kernel): on some
+    /// machines one, on others the other is what the memory does at best.
+    fn best_gbps(&mut self, threads: usize, time: Duration) -> f64 {
         let memcpy = self.threads_copy_gbps(threads, time / 2, CopyWith::Memcpy);
         memcpy.max(self.threads_copy_gbps(threads, time / 2, CopyWith::Streaming))
     }
 
     fn threads_copy_gbps(&mut self, threads: usize, time: Duration, copy: CopyWith) -> f64 {
-        let share = self.src.len().div_ceil(threads.max(1)).max(1);
-        let start = Barrier::new(self.src.chunks(share).len());
+        let (src, dst) = self.buffers();
+        let share = src.len().div_ceil(threads.max(1)).max(1);
+        let start = Barrier::new(src.chunks(share).len());
         let (copied, longest) = std::thread::scope(|s| {
-            let workers: Vec<_> = self
-                .src
+            let workers: Vec<_> = src
                 .chunks(share)
-                .zip(self.dst.chunks_mut(share))
+                .zip(dst.chunks_mut(share))
                 .map(|(src, dst)| {
                     let start = &start;
                     s.spawn(move || {
@@ -185,6 +243,16 @@ pub struct Ceilings {
     pub mem_threads: usize,
     /// GB/s by thread count (index 0: one thread).
     pub mem_by_threads: Vec<f64>,
+    /// Not a ceiling of any setting: the same copy between two shared-memory mappings
+    /// ([`blockwire::Region::new_shared`], as a peer's shared region is mapped), the best of
+    /// 1 to `available_parallelism` threads. Where the kernel gives shared memory smaller
+    /// pages than private memory, this is what a copy into a peer's shared region can reach
+    /// at best, beside [`Ceilings::mem_gbps`].
+    #[serde(default)]
+    pub mem_shared_gbps: f64,
+    /// GB/s between shared-memory mappings by thread count (index 0: one thread).
+    #[serde(default)]
+    pub mem_shared_by_threads: Vec<f64>,
     /// TCP: the best GB/s received over loopback, through one connection or as many as
     /// there are cores.
     pub tcp_gbps: f64,
@@ -200,6 +268,9 @@ impl Ceilings {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let mut c = Ceilings {
             mem_by_threads: (1..=cores).map(|t| set.threads_gbps(t, time)).collect(),
+            mem_shared_by_threads: (1..=cores)
+                .map(|t| set.shared_threads_gbps(t, time))
+                .collect(),
             ..Default::default()
         };
         for n in [1, cores].into_iter().take(if cores > 1 { 2 } else { 1 }) {
@@ -242,6 +313,20 @@ impl Ceilings {
         for (mine, theirs) in self.mem_by_threads.iter_mut().zip(&other.mem_by_threads) {
             *mine = mine.max(*theirs);
         }
+        let n = (self.mem_shared_by_threads.len()).max(other.mem_shared_by_threads.len());
+        self.mem_shared_by_threads.resize(n, 0.0);
+        for (mine, theirs) in self
+            .mem_shared_by_threads
+            .iter_mut()
+            .zip(&other.mem_shared_by_threads)
+        {
+            *mine = mine.max(*theirs);
+        }
+        self.mem_shared_gbps = self
+            .mem_shared_by_threads
+            .iter()
+            .copied()
+            .fold(0.0, f64::max);
         for &(n, g) in &other.tcp_by_connections {
             match self.tcp_by_connections.iter_mut().find(|(m, _)| *m == n) {
                 Some(mine) => mine.1 = mine.1.max(g),
@@ -381,11 +466,18 @@ mod tests {
 
     #[test]
     fn the_ceilings_keep_the_best_setting() {
-        let mut set = WorkingSet::new(1 << 20);
+        let mut set = WorkingSet::new(1 << 20).expect("working set");
+        // The shared-memory figure copies between shared mappings, the others do not.
+        assert!(set.shared.src.span().shared_memory().is_some());
+        assert!(set.shared.dst.span().shared_memory().is_some());
+        assert!(set.private.src.span().shared_memory().is_none());
         let mut c = Ceilings::measure(&mut set, Duration::from_millis(5)).expect("measured");
         let best = c.mem_by_threads.iter().copied().fold(0.0, f64::max);
         assert_eq!(c.mem_gbps, best);
         assert_eq!(c.mem_by_threads[c.mem_threads - 1], best);
+        assert_eq!(c.mem_shared_by_threads.len(), c.mem_by_threads.len());
+        let shared = c.mem_shared_by_threads.iter().copied().fold(0.0, f64::max);
+        assert!(shared > 0.0 && c.mem_shared_gbps == shared, "{c:?}");
         assert!(c.tcp_by_connections.iter().all(|&(_, g)| g <= c.tcp_gbps));
         assert_eq!(c.of(CeilingKind::Tcp), c.tcp_gbps);
         let before = (c.mem_gbps, c.tcp_gbps);
@@ -400,16 +492,20 @@ mod tests {
     fn keeping_the_best_takes_each_setting_s_better_figure() {
         let mut a = Ceilings {
             mem_by_threads: vec![5.0, 7.0],
+            mem_shared_by_threads: vec![4.0],
             tcp_by_connections: vec![(1, 2.0), (2, 3.0)],
             ..Default::default()
         };
         let b = Ceilings {
             mem_by_threads: vec![9.0, 6.0],
+            mem_shared_by_threads: vec![3.0, 5.0],
             tcp_by_connections: vec![(1, 4.0), (2, 1.0)],
             ..Default::default()
         };
         a.keep_best(&b);
         assert_eq!(a.mem_by_threads, [9.0, 7.0]);
+        assert_eq!(a.mem_shared_by_threads, [4.0, 5.0]);
+        assert_eq!(a.mem_shared_gbps, 5.0);
         assert_eq!((a.mem_threads, a.mem_gbps), (1, 9.0));
         assert_eq!(a.tcp_by_connections, [(1, 4.0), (2, 3.0)]);
         assert_eq!((a.tcp_connections, a.tcp_gbps), (1, 4.0));

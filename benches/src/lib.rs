@@ -11,7 +11,10 @@
 //!   from [`Ceilings`], measured before and after the sweep and probed briefly before each
 //!   point (in the setting best so far), the best figure kept: **mem**, the best of 1 to
 //!   `available_parallelism` threads each copying its share of a working set the size of one
-//!   region (for shm, nixl, and ucx or libfabric over shared memory); **tcp**, the best of
+//!   region, allocated as [`blockwire::Region::new`] allocates one (with its huge-page hint),
+//!   for shm, nixl, and ucx or libfabric over shared memory (beside it, not a ceiling: the
+//!   same copy between two shared-memory mappings, what a copy into a peer's shared region
+//!   reaches at best where the kernel gives shared memory smaller pages); **tcp**, the best of
 //!   one loopback TCP stream and one per core, 4 MiB writes, bytes received (for ucx and
 //!   libfabric over TCP, and the Mooncake peer);
 //! - `/1thr`, to a single-thread `memcpy` over the same working set, measured just before the
@@ -315,7 +318,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     let mut scaled = Vec::new();
     // The ceilings, measured first (again after the sweep, and probed before each point).
     let region = if sweep { args.region_mib << 20 } else { 0 };
-    let mut set = ceiling::WorkingSet::new(region);
+    let mut set = ceiling::WorkingSet::new(region)?;
     if sweep {
         println!("measuring the memory and TCP ceilings");
         run.ceilings = Ceilings::measure(&mut set, ceiling_time(args))?;

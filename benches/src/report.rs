@@ -95,15 +95,19 @@ fn series(run: &Run) -> Vec<(String, String, bool)> {
     keys
 }
 
-/// Prints the ceilings of the run.
-fn print_ceilings(run: &Run) {
-    let c = &run.ceilings;
-    let by_threads: Vec<String> = c
-        .mem_by_threads
+/// GB/s by thread count (index 0: one thread), as `1 thread a, 2 threads b`.
+fn per_thread(gbps: &[f64]) -> String {
+    let each: Vec<String> = gbps
         .iter()
         .enumerate()
         .map(|(i, g)| format!("{} thread{} {g:.2}", i + 1, if i == 0 { "" } else { "s" }))
         .collect();
+    each.join(", ")
+}
+
+/// Prints the ceilings of the run.
+fn print_ceilings(run: &Run) {
+    let c = &run.ceilings;
     let by_conns: Vec<String> = c
         .tcp_by_connections
         .iter()
@@ -125,8 +129,16 @@ fn print_ceilings(run: &Run) {
         c.mem_gbps,
         run.region_mib,
         c.mem_by_threads.len(),
-        by_threads.join(", ")
+        per_thread(&c.mem_by_threads)
     );
+    if c.mem_shared_gbps > 0.0 {
+        println!(
+            "       {:>6.2} GB/s between two shared-memory mappings ({}): not a ceiling, what \
+             a copy into a peer's shared region reaches here at best",
+            c.mem_shared_gbps,
+            per_thread(&c.mem_shared_by_threads)
+        );
+    }
     println!(
         "  tcp  {:>6.2} GB/s: one loopback TCP stream per connection, best of {}",
         c.tcp_gbps,
@@ -406,6 +418,7 @@ mod tests {
             tcp_gbps: 4.0,
             tcp_connections: 1,
             tcp_by_connections: vec![(1, 4.0)],
+            ..Default::default()
         };
         run.points = vec![
             point("shm", CeilingKind::Mem, 10.0, 9.0, false),
