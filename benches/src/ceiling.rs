@@ -260,6 +260,12 @@ pub struct Ceilings {
     pub tcp_connections: usize,
     /// `(connections, GB/s)` of each setting tried.
     pub tcp_by_connections: Vec<(usize, f64)>,
+    /// The host's TCP congestion control (`net.ipv4.tcp_congestion_control`), which every
+    /// TCP figure of the run went through: `bbr` paces each connection (on loopback, without
+    /// the `fq` queueing discipline, by the kernel's own timer), so one connection moves
+    /// less than with `cubic` and several connections more than one.
+    #[serde(default)]
+    pub tcp_congestion_control: Option<String>,
 }
 
 impl Ceilings {
@@ -273,6 +279,7 @@ impl Ceilings {
                 .collect(),
             ..Default::default()
         };
+        c.tcp_congestion_control = congestion_control();
         for n in [1, cores].into_iter().take(if cores > 1 { 2 } else { 1 }) {
             c.tcp_by_connections.push((n, tcp_gbps(n, time)?));
         }
@@ -313,6 +320,9 @@ impl Ceilings {
         for (mine, theirs) in self.mem_by_threads.iter_mut().zip(&other.mem_by_threads) {
             *mine = mine.max(*theirs);
         }
+        if self.tcp_congestion_control.is_none() {
+            self.tcp_congestion_control = other.tcp_congestion_control.clone();
+        }
         let n = (self.mem_shared_by_threads.len()).max(other.mem_shared_by_threads.len());
         self.mem_shared_by_threads.resize(n, 0.0);
         for (mine, theirs) in self
@@ -351,6 +361,12 @@ impl Ceilings {
 /// The `(key, GB/s)` with the highest GB/s.
 fn best<K>(it: impl Iterator<Item = (K, f64)>) -> Option<(K, f64)> {
     it.max_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+/// The host's TCP congestion control, if it can be read (Linux).
+fn congestion_control() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control").ok()?;
+    Some(name.trim().to_owned()).filter(|n| !n.is_empty())
 }
 
 /// GB/s received over `connections` loopback TCP connections, each sent `TCP_CHUNK`-byte
@@ -480,6 +496,9 @@ mod tests {
         assert!(shared > 0.0 && c.mem_shared_gbps == shared, "{c:?}");
         assert!(c.tcp_by_connections.iter().all(|&(_, g)| g <= c.tcp_gbps));
         assert_eq!(c.of(CeilingKind::Tcp), c.tcp_gbps);
+        if cfg!(target_os = "linux") {
+            assert!(c.tcp_congestion_control.is_some(), "{c:?}");
+        }
         let before = (c.mem_gbps, c.tcp_gbps);
         for kind in [CeilingKind::Mem, CeilingKind::Tcp] {
             c.probe(kind, &mut set, Duration::from_millis(5))

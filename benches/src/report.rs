@@ -139,8 +139,13 @@ fn print_ceilings(run: &Run) {
             per_thread(&c.mem_shared_by_threads)
         );
     }
+    let congestion = c
+        .tcp_congestion_control
+        .as_deref()
+        .map(|cc| format!(" (congestion control {cc})"))
+        .unwrap_or_default();
     println!(
-        "  tcp  {:>6.2} GB/s: one loopback TCP stream per connection, best of {}",
+        "  tcp  {:>6.2} GB/s: one loopback TCP stream per connection, best of {}{congestion}",
         c.tcp_gbps,
         by_conns.join(", ")
     );
@@ -309,8 +314,13 @@ fn plot(run: &Run, path: &Path) -> Res<()> {
         (
             c.tcp_gbps,
             format!(
-                "TCP ceiling ({} conn.) {:.1} GB/s",
-                c.tcp_connections, c.tcp_gbps
+                "TCP ceiling ({} conn.{}) {:.1} GB/s",
+                c.tcp_connections,
+                c.tcp_congestion_control
+                    .as_deref()
+                    .map(|cc| format!(", {cc}"))
+                    .unwrap_or_default(),
+                c.tcp_gbps
             ),
             RGBColor(0, 90, 160),
         ),
