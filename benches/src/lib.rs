@@ -16,7 +16,8 @@
 //!   same copy between two shared-memory mappings, what a copy into a peer's shared region
 //!   reaches at best where the kernel gives shared memory smaller pages); **tcp**, the best of
 //!   one loopback TCP stream and one per core, 4 MiB writes, bytes received (for ucx and
-//!   libfabric over TCP, and the Mooncake peer);
+//!   libfabric over TCP, and the Mooncake peer), printed with the host's TCP congestion
+//!   control, which bounds a connection (`bbr` paces each one);
 //! - `/1thr`, to a single-thread `memcpy` over the same working set, measured just before the
 //!   point (what earlier versions called the ceiling);
 //! - `/raw`, to the backend's raw baseline (the same batches through the library with
