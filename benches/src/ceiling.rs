@@ -315,28 +315,14 @@ impl Ceilings {
     /// Keeps, setting by setting, the better of these and `other` (the same ceilings measured
     /// again, or by another binary of this run).
     pub(crate) fn keep_best(&mut self, other: &Ceilings) {
-        let n = self.mem_by_threads.len().max(other.mem_by_threads.len());
-        self.mem_by_threads.resize(n, 0.0);
-        for (mine, theirs) in self.mem_by_threads.iter_mut().zip(&other.mem_by_threads) {
-            *mine = mine.max(*theirs);
-        }
+        keep_better(&mut self.mem_by_threads, &other.mem_by_threads);
+        keep_better(
+            &mut self.mem_shared_by_threads,
+            &other.mem_shared_by_threads,
+        );
         if self.tcp_congestion_control.is_none() {
             self.tcp_congestion_control = other.tcp_congestion_control.clone();
         }
-        let n = (self.mem_shared_by_threads.len()).max(other.mem_shared_by_threads.len());
-        self.mem_shared_by_threads.resize(n, 0.0);
-        for (mine, theirs) in self
-            .mem_shared_by_threads
-            .iter_mut()
-            .zip(&other.mem_shared_by_threads)
-        {
-            *mine = mine.max(*theirs);
-        }
-        self.mem_shared_gbps = self
-            .mem_shared_by_threads
-            .iter()
-            .copied()
-            .fold(0.0, f64::max);
         for &(n, g) in &other.tcp_by_connections {
             match self.tcp_by_connections.iter_mut().find(|(m, _)| *m == n) {
                 Some(mine) => mine.1 = mine.1.max(g),
@@ -345,6 +331,8 @@ impl Ceilings {
         }
         (self.mem_threads, self.mem_gbps) = best(self.mem_by_threads.iter().copied().enumerate())
             .map_or((1, 0.0), |(i, g)| (i + 1, g));
+        self.mem_shared_gbps =
+            best(self.mem_shared_by_threads.iter().copied().enumerate()).map_or(0.0, |(_, g)| g);
         (self.tcp_connections, self.tcp_gbps) =
             best(self.tcp_by_connections.iter().copied()).unwrap_or((1, 0.0));
     }
@@ -355,6 +343,15 @@ impl Ceilings {
             CeilingKind::Mem => self.mem_gbps,
             CeilingKind::Tcp => self.tcp_gbps,
         }
+    }
+}
+
+/// Keeps, thread count by thread count, the better of `mine` and `theirs` (GB/s, index 0: one
+/// thread; the longer list's extra counts as they are).
+fn keep_better(mine: &mut Vec<f64>, theirs: &[f64]) {
+    mine.resize(mine.len().max(theirs.len()), 0.0);
+    for (m, t) in mine.iter_mut().zip(theirs) {
+        *m = m.max(*t);
     }
 }
 
