@@ -123,9 +123,9 @@ impl Pair {
     }
 }
 
-/// How a ceiling's threads copy.
+/// How a ceiling's threads (and the shm raw baseline's) copy.
 #[derive(Clone, Copy)]
-enum CopyWith {
+pub(crate) enum CopyWith {
     /// `copy_from_slice` (the C library's `memcpy`).
     Memcpy,
     /// [`blockwire_shm::copy_fast`]: streaming stores where the CPU has them.
@@ -138,14 +138,21 @@ fn copy_for(src: &[u8], dst: &mut [u8], time: Duration, copy: CopyWith) -> (usiz
     let start = Instant::now();
     let mut copied = 0usize;
     while !src.is_empty() && (copied == 0 || start.elapsed() < time) {
-        match copy {
+        copy.copy(dst, src);
+        copied += src.len();
+    }
+    (copied, start.elapsed())
+}
+
+impl CopyWith {
+    /// Copies `src` into `dst` (the same length), which the compiler may not elide.
+    pub(crate) fn copy(self, dst: &mut [u8], src: &[u8]) {
+        match self {
             CopyWith::Memcpy => dst.copy_from_slice(std::hint::black_box(src)),
             CopyWith::Streaming => blockwire_shm::copy_fast(dst, std::hint::black_box(src)),
         }
         std::hint::black_box(&mut *dst);
-        copied += src.len();
     }
-    (copied, start.elapsed())
 }
 
 /// Which ceiling bounds a setting.

@@ -21,7 +21,10 @@
 //! - `/1thr`, to a single-thread `memcpy` over the same working set, measured just before the
 //!   point (what earlier versions called the ceiling);
 //! - `/raw`, to the backend's raw baseline (the same batches through the library with
-//!   nothing of blockwire in between: `memcpy` for shm, `ucp_put_nbx` + flush for ucx,
+//!   nothing of blockwire in between: for shm the best of 1 to N threads copying the same
+//!   blocks with `memcpy` and with streaming stores (what the machine does with scattered
+//!   blocks, which move slower than the memory ceiling's one long copy), `ucp_put_nbx` +
+//!   flush for ucx,
 //!   `fi_writemsg` for libfabric, a NIXL agent for nixl);
 //! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
 //!   NIXL Python peer has its own rows: compare them with the nixl backend's);
@@ -99,7 +102,7 @@
 //!         Ok(Box::new(blockwire::open(backend, Region::new(blocks, block)?, options)?))
 //!     }
 //!     fn raw_gbps(&self, _backend: &str, shape: &Shape, _args: &blockwire_bench::Args) -> Res<Option<f64>> {
-//!         Ok(Some(blockwire_bench::raw_memcpy_gbps(shape)?))
+//!         Ok(Some(blockwire_bench::raw_copy_gbps(shape)?))
 //!     }
 //! }
 //! let t = ShmOnly.open("shm", 4, 4096, TransportOptions::default(), false)?;
@@ -140,7 +143,7 @@ use serde::{Deserialize, Serialize};
 
 pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
-pub use measure::{Point, Registration, raw_memcpy_gbps};
+pub use measure::{Point, Registration, raw_copy_gbps};
 pub use notify::NotifyCost;
 pub use overhead::TelemetryCost;
 pub use report::Run;

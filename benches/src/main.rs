@@ -36,7 +36,7 @@ impl Backends for Compiled {
     )]
     fn raw_gbps(&self, backend: &str, shape: &Shape, args: &Args) -> Res<Option<f64>> {
         Ok(match backend {
-            "shm" => Some(blockwire_bench::raw_memcpy_gbps(shape)?),
+            "shm" => Some(blockwire_bench::raw_copy_gbps(shape)?),
             #[cfg(feature = "ucx")]
             "ucx" => {
                 let peer_errors = args.option(backend, "peer_errors").as_deref() != Some("false");
