@@ -42,6 +42,12 @@ pub struct Args {
     /// Seconds per measurement.
     #[arg(long, default_value_t = 1.0)]
     pub duration: f64,
+    /// Rounds of the throughput sweep: each round measures every backend's points, then the
+    /// peers'; each point reports the round with its median GB/s. On a shared machine two
+    /// measurements of one point can differ by half; three rounds leave out a dip or a burst
+    /// that one round would report.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub rounds: u32,
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
@@ -221,6 +227,7 @@ impl Args {
             format!("--depth={}", self.depth),
             format!("--layout={}", value_name(&self.layout)),
             format!("--duration={}", self.duration),
+            format!("--rounds={}", self.rounds),
             format!("--region-mib={}", self.region_mib),
             format!("--waiting={}", value_name(&self.waiting)),
             format!("--poll-sleep-us={}", self.poll_sleep_us),
@@ -268,6 +275,15 @@ fn value_name(value: &impl clap::ValueEnum) -> String {
 #[cfg(test)]
 mod tests {
     use crate::test_args;
+    use clap::Parser;
+
+    #[test]
+    fn rounds_default_to_one_are_forwarded_and_zero_is_refused() {
+        assert_eq!(test_args(&[]).rounds, 1);
+        let args = test_args(&["--rounds=3"]);
+        assert!(args.forwarded("nixl").iter().any(|f| f == "--rounds=3"));
+        assert!(super::Args::try_parse_from(["blockwire-bench", "--rounds=0"]).is_err());
+    }
 
     #[test]
     fn quick_settles_the_cost_counts_and_forwards_them() {

@@ -32,7 +32,10 @@
 //! and average and p99 submit and completion times. Then the time to add a peer of 1,000,
 //! 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as JSON and an SVG plot
 //! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
-//! what to compare: these machines are shared and noisy.
+//! what to compare: these machines are shared and noisy. `--rounds 3` measures the sweep
+//! three times (every backend's points, round after round, then the peers' three times) and
+//! reports each point's median round, so that one slow second of the machine does not make a
+//! point.
 //!
 //! **Peers** (`--peers mooncake,nixl`, the default; `--peers none` leaves them out): the
 //! driver `benches/peers/peer_driver.py` and its engine modules, embedded in the binary, run
@@ -318,7 +321,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     {
         return Err(format!("unknown peer {bad:?} (mooncake, nixl, none)").into());
     }
-    let mut run = Run::new(args.region_mib, args.layout);
+    let mut run = Run::new(args.region_mib, args.layout, args.rounds);
     let mut scaled = Vec::new();
     // The ceilings, measured first (again after the sweep, and probed before each point).
     let region = if sweep { args.region_mib << 20 } else { 0 };
@@ -343,7 +346,8 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
             Err(e) => return Err(e),
         }
     }
-    let per_backend = usize::from(sweep) * ops.len() * args.sizes_kib.len()
+    let rounds = args.rounds.max(1) as usize;
+    let per_backend = usize::from(sweep) * ops.len() * args.sizes_kib.len() * rounds
         + usize::from(reg) * REGISTRATION_SIZES.len()
         + (usize::from(notify) + usize::from(telemetry)) * ops.len();
     let bar = ProgressBar::new((here.len() * per_backend) as u64).with_style(
@@ -353,22 +357,28 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     if args.emit_json.is_some() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    for (backend, caps) in &here {
-        for &op in ops.iter().filter(|_| sweep) {
-            for &kib in &args.sizes_kib {
-                bar.set_message(format!("{backend} {op} {kib} KiB"));
-                let point = measure::throughput(
-                    backends,
-                    args,
-                    backend,
-                    op,
-                    kib << 10,
-                    (&mut set, &mut run.ceilings),
-                )?;
-                run.points.push(point);
-                bar.inc(1);
+    // Round after round over every backend, so that a slow minute of the machine falls on
+    // one round of each rather than on every round of one.
+    for _ in (0..rounds).filter(|_| sweep) {
+        for (backend, _) in &here {
+            for &op in &ops {
+                for &kib in &args.sizes_kib {
+                    bar.set_message(format!("{backend} {op} {kib} KiB"));
+                    let point = measure::throughput(
+                        backends,
+                        args,
+                        backend,
+                        op,
+                        kib << 10,
+                        (&mut set, &mut run.ceilings),
+                    )?;
+                    run.points.push(point);
+                    bar.inc(1);
+                }
             }
         }
+    }
+    for (backend, caps) in &here {
         for blocks in REGISTRATION_SIZES.into_iter().filter(|_| reg) {
             bar.set_message(format!("{backend} add_remote_peer, {blocks} blocks"));
             run.registration.push(Registration {
@@ -399,12 +409,15 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         let half = Duration::from_secs_f64(args.duration / 2.0);
         let memcpy_1thr = set.gbps(half);
         run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
-        peers::run(args, memcpy_1thr, &mut run);
+        for _ in 0..rounds {
+            peers::run(args, memcpy_1thr, &mut run);
+        }
     }
     if args.measures("scale")? {
         let names: Vec<String> = here.iter().map(|(b, _)| b.clone()).collect();
         scaled.extend(scale::run_here(backends, args, &names)?);
     }
+    run.keep_median_points();
     run.settle();
     if let Some(path) = &args.emit_json {
         std::fs::write(path, serde_json::to_string(&run)?)?;

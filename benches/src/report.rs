@@ -36,13 +36,21 @@ pub struct Run {
     pub telemetry: Vec<TelemetryCost>,
     /// Backends left out, with the reason.
     pub skipped: Vec<String>,
+    /// Rounds of the sweep (`--rounds`): each point is the round with the median GB/s.
+    #[serde(default = "one_round")]
+    pub rounds: u32,
+}
+
+fn one_round() -> u32 {
+    1
 }
 
 impl Run {
-    pub(crate) fn new(region_mib: usize, layout: crate::Layout) -> Self {
+    pub(crate) fn new(region_mib: usize, layout: crate::Layout, rounds: u32) -> Self {
         Run {
             region_mib,
             layout,
+            rounds,
             ..Default::default()
         }
     }
@@ -55,6 +63,37 @@ impl Run {
         self.ceilings.keep_best(&other.ceilings);
         self.telemetry.extend(other.telemetry);
         self.skipped.extend(other.skipped);
+    }
+
+    /// Keeps, of the points measured in several rounds (same backend, operation, placement
+    /// and block size), the one with the median GB/s (the lower middle of an even count), in
+    /// the place the first was measured.
+    pub(crate) fn keep_median_points(&mut self) {
+        let key = |p: &Point| {
+            (
+                p.backend.clone(),
+                p.op.clone(),
+                p.cross_process,
+                p.block_bytes,
+                p.peer,
+            )
+        };
+        let mut rounds: Vec<(_, Vec<Point>)> = Vec::new();
+        for p in self.points.drain(..) {
+            let k = key(&p);
+            match rounds.iter_mut().find(|(q, _)| *q == k) {
+                Some((_, same)) => same.push(p),
+                None => rounds.push((k, vec![p])),
+            }
+        }
+        self.points = rounds
+            .into_iter()
+            .filter_map(|(_, mut same)| {
+                same.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
+                let mid = (same.len() - 1) / 2;
+                same.into_iter().nth(mid)
+            })
+            .collect();
     }
 
     /// Sets the headline single-thread figure (the median of the per-point ones), raises the
@@ -176,12 +215,16 @@ pub(crate) fn print_tables(run: &Run) {
     if !run.points.is_empty() {
         print_ceilings(run);
         println!(
-            "blocks per transfer: {} (--layout)\n",
+            "blocks per transfer: {} (--layout)",
             match run.layout {
                 crate::Layout::Scattered => "scattered, none adjacent",
                 crate::Layout::Contiguous => "one contiguous run",
             }
         );
+        match run.rounds {
+            0 | 1 => println!(),
+            n => println!("each point: the round with the median GB/s of {n} (--rounds)\n"),
+        }
     }
     let fmt = |r: Option<f64>| r.map_or_else(|| "-".to_owned(), |r| format!("{r:.2}"));
     let us = |t: Option<f64>| t.map_or_else(|| "-".to_owned(), |t| format!("{t:.1}us"));
@@ -419,8 +462,44 @@ mod tests {
     }
 
     #[test]
+    fn of_several_rounds_each_point_keeps_its_median_in_first_place() {
+        let mut run = Run::new(64, crate::Layout::Scattered, 3);
+        let shm = |gbps| point("shm", CeilingKind::Mem, gbps, 9.0, false);
+        let peer = |gbps| point("mooncake (peer)", CeilingKind::Tcp, gbps, 9.0, true);
+        let mut read = shm(7.0);
+        read.op = "READ".into();
+        let mut big = shm(8.0);
+        big.block_bytes = 1 << 20;
+        run.points = vec![
+            shm(1.0),
+            read,
+            big,
+            shm(5.0),
+            peer(2.0),
+            shm(3.0),
+            peer(4.0),
+        ];
+        run.keep_median_points();
+        let kept: Vec<(&str, &str, usize, f64)> = run
+            .points
+            .iter()
+            .map(|p| (p.backend.as_str(), p.op.as_str(), p.block_bytes, p.gbps))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("shm", "WRITE", 65536, 3.0),
+                ("shm", "READ", 65536, 7.0),
+                ("shm", "WRITE", 1 << 20, 8.0),
+                // Of an even count, the lower middle.
+                ("mooncake (peer)", "WRITE", 65536, 2.0),
+            ]
+        );
+    }
+
+    #[test]
     fn settling_gives_each_point_its_ceiling() {
-        let mut run = Run::new(64, crate::Layout::Scattered);
+        let mut run = Run::new(64, crate::Layout::Scattered, 1);
         run.ceilings = Ceilings {
             mem_gbps: 20.0,
             mem_threads: 2,
