@@ -22,10 +22,9 @@
 //!   point (what earlier versions called the ceiling);
 //! - `/raw`, to the backend's raw baseline (the same batches through the library with
 //!   nothing of blockwire in between: for shm the best of 1 to N threads copying the same
-//!   blocks with `memcpy` and with streaming stores (what the machine does with scattered
-//!   blocks, which move slower than the memory ceiling's one long copy), `ucp_put_nbx` +
-//!   flush for ucx,
-//!   `fi_writemsg` for libfabric, a NIXL agent for nixl);
+//!   blocks with `memcpy` and with streaming stores (what the machine does with those
+//!   blocks, which on some machines is less than the memory ceiling's one long copy),
+//!   `ucp_put_nbx` + flush for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl);
 //! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
 //!   NIXL Python peer has its own rows: compare them with the nixl backend's);
 //!

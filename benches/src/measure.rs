@@ -354,8 +354,8 @@ pub(crate) fn ratio(gbps: f64, of: f64) -> f64 {
 /// of 1 to N threads (N = cores), each with the C library's `memcpy` and with streaming stores
 /// (shm's copy kernel, [`blockwire_shm::copy_fast`]), each thread copying the blocks of every
 /// batch that lie in its own share of the region. Where shm reaches this, the bound is the
-/// copy of those blocks itself (scattered pieces of a region move slower than the memory
-/// ceiling's one long copy), not blockwire.
+/// copy of those blocks itself (on some machines scattered pieces of a region move slower
+/// than the memory ceiling's one long copy), not blockwire.
 ///
 /// ```
 /// use blockwire_bench::{Shape, raw_copy_gbps};
