@@ -99,28 +99,38 @@ impl Pair {
     fn threads_copy_gbps(&mut self, threads: usize, time: Duration, copy: CopyWith) -> f64 {
         let (src, dst) = self.buffers();
         let share = src.len().div_ceil(threads.max(1)).max(1);
-        let start = Barrier::new(src.chunks(share).len());
-        let (copied, longest) = std::thread::scope(|s| {
-            let workers: Vec<_> = src
-                .chunks(share)
-                .zip(dst.chunks_mut(share))
-                .map(|(src, dst)| {
-                    let start = &start;
-                    s.spawn(move || {
-                        start.wait();
-                        copy_for(src, dst, time, copy)
-                    })
-                })
-                .collect();
-            workers
-                .into_iter()
-                .filter_map(|w| w.join().ok())
-                .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
-                    (b + n, t.max(took))
-                })
-        });
-        copied as f64 / longest.as_secs_f64().max(1e-9) / 1e9
+        let shares = src.chunks(share).zip(dst.chunks_mut(share)).collect();
+        together_gbps(shares, |(src, dst)| copy_for(src, dst, time, copy))
     }
+}
+
+/// GB/s of one thread per share, started together, each running `work` on its share, which
+/// returns the bytes it moved and the time it took: all the bytes over the longest thread's
+/// time.
+pub(crate) fn together_gbps<S: Send>(
+    shares: Vec<S>,
+    work: impl Fn(S) -> (usize, Duration) + Sync,
+) -> f64 {
+    let start = Barrier::new(shares.len());
+    let (moved, longest) = std::thread::scope(|s| {
+        let workers: Vec<_> = shares
+            .into_iter()
+            .map(|share| {
+                let (start, work) = (&start, &work);
+                s.spawn(move || {
+                    start.wait();
+                    work(share)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .filter_map(|w| w.join().ok())
+            .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
+                (b + n, t.max(took))
+            })
+    });
+    moved as f64 / longest.as_secs_f64().max(1e-9) / 1e9
 }
 
 /// How a ceiling's threads (and the shm raw baseline's) copy.

@@ -1,12 +1,11 @@
 //! Measurements: throughput points, the shm raw baseline, registration.
 
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use blockwire::{Capabilities, Op, PeerId, Region, TransferId, Transport};
 use serde::{Deserialize, Serialize};
 
-use crate::ceiling::{CeilingKind, Ceilings, CopyWith, WorkingSet};
+use crate::ceiling::{CeilingKind, Ceilings, CopyWith, WorkingSet, together_gbps};
 use crate::remote::{PEER, Remote, initiator};
 use crate::wake::WakeProbe;
 use crate::{Args, Backends, Res, Shape, Waiting};
@@ -416,43 +415,26 @@ fn blocks_copy_gbps(
 ) -> f64 {
     let (len, batch) = (shape.block, shape.batch.min(shape.blocks));
     let share_blocks = (shape.blocks as usize).div_ceil(threads.max(1)).max(1);
-    let shares: Vec<_> = dst.chunks_mut(share_blocks * len).collect();
-    let start = Barrier::new(shares.len());
-    let (copied, longest) = std::thread::scope(|s| {
-        let workers: Vec<_> = shares
-            .into_iter()
-            .enumerate()
-            .map(|(t, share)| {
-                let (start, first) = (&start, t * share_blocks);
-                let mine = first..first + share.len() / len;
-                s.spawn(move || {
-                    start.wait();
-                    let began = Instant::now();
-                    let mut copied = 0usize;
-                    for next in 0u32.. {
-                        let idx = shape.layout.batch(next, batch, shape.blocks);
-                        let idx = idx.into_iter().map(|i| i as usize);
-                        for i in idx.filter(|i| mine.contains(i)) {
-                            let at = (i - first) * len;
-                            copy.copy(&mut share[at..at + len], &src[i * len..(i + 1) * len]);
-                            copied += len;
-                        }
-                        if began.elapsed() >= time {
-                            break;
-                        }
-                    }
-                    (copied, began.elapsed())
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .filter_map(|w| w.join().ok())
-            .fold((0usize, Duration::ZERO), |(b, t), (n, took)| {
-                (b + n, t.max(took))
-            })
-    });
-    copied as f64 / longest.as_secs_f64().max(1e-9) / 1e9
+    let shares = dst.chunks_mut(share_blocks * len).enumerate().collect();
+    together_gbps(shares, |(t, share)| {
+        let first = t * share_blocks;
+        let mine = first..first + share.len() / len;
+        let began = Instant::now();
+        let mut copied = 0usize;
+        for next in 0u32.. {
+            let idx = shape.layout.batch(next, batch, shape.blocks);
+            let idx = idx.into_iter().map(|i| i as usize);
+            for i in idx.filter(|i| mine.contains(i)) {
+                let at = (i - first) * len;
+                copy.copy(&mut share[at..at + len], &src[i * len..(i + 1) * len]);
+                copied += len;
+            }
+            if began.elapsed() >= time {
+                break;
+            }
+        }
+        (copied, began.elapsed())
+    })
 }
 
 /// Median time of `add_remote_peer` for a peer of `blocks` blocks, in microseconds (both
