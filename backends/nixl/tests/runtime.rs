@@ -18,40 +18,41 @@ fn open(options: BackendOptions) -> Result<NixlBackend, blockwire_core::Error> {
 
 #[test]
 fn the_real_runtime_is_loaded_not_the_stub() {
-    if std::env::var_os("BLOCKWIRE_NIXL_CHILD").is_some() {
-        return;
-    }
     let b = open(BackendOptions::new()).expect("the NIXL runtime must be installed");
     assert!(blockwire_nixl::runtime_loaded());
     drop(b);
 }
 
-/// Runs `missing_runtime_child` in a fresh process (the runtime loads once per process).
+/// Set in the child process this test runs itself in.
+const CHILD: &str = "BLOCKWIRE_NIXL_CHILD";
+
+/// Runs itself again in a fresh process (the runtime loads once per process, and other tests
+/// of this binary load it), where it opens with a directory that has no runtime.
 #[test]
 fn a_missing_runtime_is_a_clear_error() {
+    if std::env::var_os(CHILD).is_some() {
+        let err = open(BackendOptions::new().with("lib_dir", "/nonexistent"))
+            .err()
+            .expect("opened without a runtime");
+        let text = err.report();
+        assert!(text.contains("setup-backends.sh"), "{text}");
+        assert!(!blockwire_nixl::runtime_loaded());
+        return;
+    }
     let exe = std::env::current_exe().expect("current exe");
     let out = Command::new(exe)
-        .args(["--exact", "missing_runtime_child", "--nocapture"])
-        .env("BLOCKWIRE_NIXL_CHILD", "1")
+        .args([
+            "--exact",
+            "a_missing_runtime_is_a_clear_error",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
         .output()
         .expect("run the child");
     let text =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed: {text}");
     assert!(text.contains("1 passed"), "child did not run: {text}");
-}
-
-#[test]
-fn missing_runtime_child() {
-    if std::env::var_os("BLOCKWIRE_NIXL_CHILD").is_none() {
-        return;
-    }
-    let err = open(BackendOptions::new().with("lib_dir", "/nonexistent"))
-        .err()
-        .expect("opened without a runtime");
-    let text = err.report();
-    assert!(text.contains("setup-backends.sh"), "{text}");
-    assert!(!blockwire_nixl::runtime_loaded());
 }
 
 /// This process's CPU time (user and system), in seconds.
@@ -73,9 +74,6 @@ fn cpu_seconds() -> f64 {
 /// a quiet machine does.
 #[test]
 fn an_idle_agent_does_not_spin() {
-    if std::env::var_os("BLOCKWIRE_NIXL_CHILD").is_some() {
-        return;
-    }
     let b = open(BackendOptions::new()).expect("the NIXL runtime must be installed");
     std::thread::sleep(std::time::Duration::from_millis(200));
     let (cpu, wall) = (cpu_seconds(), std::time::Instant::now());
