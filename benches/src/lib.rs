@@ -22,8 +22,9 @@
 //!   point (what earlier versions called the ceiling);
 //! - `/raw`, to the backend's raw baseline (the same batches through the library with
 //!   nothing of blockwire in between: for shm the best of 1 to N threads copying the same
-//!   blocks with `memcpy` and with streaming stores (what the machine does with those
-//!   blocks, which on some machines is less than the memory ceiling's one long copy),
+//!   blocks with `memcpy` and with streaming stores, between regions of the transports' kind
+//!   (shared memory with `--allocate`) (what the machine does with those blocks, which on
+//!   some machines is less than the memory ceiling's one long copy),
 //!   `ucp_put_nbx` + flush for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl);
 //! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
 //!   NIXL Python peer has its own rows: compare them with the nixl backend's);
@@ -104,7 +105,7 @@
 //!         Ok(Box::new(blockwire::open(backend, Region::new(blocks, block)?, options)?))
 //!     }
 //!     fn raw_gbps(&self, _backend: &str, shape: &Shape, _args: &blockwire_bench::Args) -> Res<Option<f64>> {
-//!         Ok(Some(blockwire_bench::raw_copy_gbps(shape)?))
+//!         Ok(Some(blockwire_bench::raw_copy_gbps(shape, Region::new)?))
 //!     }
 //! }
 //! let t = ShmOnly.open("shm", 4, 4096, TransportOptions::default(), false)?;

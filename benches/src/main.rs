@@ -36,7 +36,15 @@ impl Backends for Compiled {
     )]
     fn raw_gbps(&self, backend: &str, shape: &Shape, args: &Args) -> Res<Option<f64>> {
         Ok(match backend {
-            "shm" => Some(blockwire_bench::raw_copy_gbps(shape)?),
+            // `open_allocated("shm")` puts a region in shared memory: the raw copy too.
+            "shm" => Some(blockwire_bench::raw_copy_gbps(
+                shape,
+                if args.allocate {
+                    Region::new_shared
+                } else {
+                    Region::new
+                },
+            )?),
             #[cfg(feature = "ucx")]
             "ucx" => {
                 let peer_errors = args.option(backend, "peer_errors").as_deref() != Some("false");

@@ -349,7 +349,10 @@ pub(crate) fn ratio(gbps: f64, of: f64) -> f64 {
 }
 
 /// The shm backend's raw baseline: the same batches of block copies between two regions of
-/// this shape, with nothing of blockwire in between, at the best the machine does: the best
+/// this shape, each made by `make` as the transports' regions are ([`Region::new`], or
+/// [`Region::new_shared`] where shm allocates them, `--allocate`: on a kernel that gives
+/// shared memory only small pages those copy slower), with nothing of blockwire in between,
+/// at the best the machine does: the best
 /// of 1 to N threads (N = cores), each with the C library's `memcpy` and with streaming stores
 /// (shm's copy kernel, [`blockwire_shm::copy_fast`]), each thread copying the blocks of every
 /// batch that lie in its own share of the region. Where shm reaches this, the bound is the
@@ -362,13 +365,14 @@ pub(crate) fn ratio(gbps: f64, of: f64) -> f64 {
 ///     op: blockwire::Op::Write, blocks: 8, block: 4096, batch: 4, depth: 1,
 ///     run_for: std::time::Duration::from_millis(5), layout: blockwire_bench::Layout::Scattered,
 /// };
-/// assert!(raw_copy_gbps(&shape)? > 0.0);
+/// assert!(raw_copy_gbps(&shape, blockwire::Region::new)? > 0.0);
+/// assert!(raw_copy_gbps(&shape, blockwire::Region::new_shared)? > 0.0);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn raw_copy_gbps(shape: &Shape) -> Res<f64> {
+pub fn raw_copy_gbps(shape: &Shape, make: fn(u32, usize) -> blockwire::Result<Region>) -> Res<f64> {
     let (mut a, mut b) = (
-        Region::new(shape.blocks, shape.block)?,
-        Region::new(shape.blocks, shape.block)?,
+        make(shape.blocks, shape.block)?,
+        make(shape.blocks, shape.block)?,
     );
     // Written first, as the transports' regions are: a region's pages are mapped lazily, and
     // reads of never-written pages all hit one shared zero page (in cache), not memory.
