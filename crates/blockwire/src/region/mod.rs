@@ -79,8 +79,10 @@ impl Region {
     /// reached through the kernel (`process_vm_writev`). Other backends treat it like any
     /// region. [`open_allocated`](crate::open_allocated) with `"shm"` allocates this.
     ///
-    /// Zeroed pages come lazily, as for [`Region::new`]; the kernel may give shared memory no
-    /// transparent huge pages (`/sys/kernel/mm/transparent_hugepage/shmem_enabled`). Close
+    /// Zeroed pages come lazily, as for [`Region::new`]. It asks for transparent huge pages,
+    /// which the kernel gives shared memory only where
+    /// `/sys/kernel/mm/transparent_hugepage/shmem_enabled` is `advise` or `always` (with
+    /// `never`, 4 KiB pages, which copy slower: figures in the shm backend's docs). Close
     /// revokes every peer's access as for any region. A peer process that mapped it keeps
     /// the pages (not this process's address range) until it removes this transport or
     /// exits, so the memory is returned to the system only then. Unlike a private mapping,
