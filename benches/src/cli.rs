@@ -48,6 +48,13 @@ pub struct Args {
     /// that one round would report.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=99))]
     pub rounds: u32,
+    /// Slices of each shm throughput point: its transfers run in this many slices of
+    /// `duration / slices`, each followed by a slice of the raw copy, so that `/raw` compares
+    /// the two over the same moments of the machine (on a shared machine memory bandwidth
+    /// swings by half within seconds). 1: the whole point, then the raw copy. Other
+    /// backends' raw baselines connect on every call, so they run once, after the point.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=99))]
+    pub slices: u32,
     /// Bytes of each region in MiB (keep it larger than the last-level cache).
     #[arg(long, default_value_t = 256)]
     pub region_mib: usize,
@@ -228,6 +235,7 @@ impl Args {
             format!("--layout={}", value_name(&self.layout)),
             format!("--duration={}", self.duration),
             format!("--rounds={}", self.rounds),
+            format!("--slices={}", self.slices),
             format!("--region-mib={}", self.region_mib),
             format!("--waiting={}", value_name(&self.waiting)),
             format!("--poll-sleep-us={}", self.poll_sleep_us),
@@ -283,6 +291,14 @@ mod tests {
         let args = test_args(&["--rounds=3"]);
         assert!(args.forwarded("nixl").iter().any(|f| f == "--rounds=3"));
         assert!(super::Args::try_parse_from(["blockwire-bench", "--rounds=0"]).is_err());
+    }
+
+    #[test]
+    fn slices_default_to_four_are_forwarded_and_zero_is_refused() {
+        assert_eq!(test_args(&[]).slices, 4);
+        let args = test_args(&["--slices=1"]);
+        assert!(args.forwarded("nixl").iter().any(|f| f == "--slices=1"));
+        assert!(super::Args::try_parse_from(["blockwire-bench", "--slices=0"]).is_err());
     }
 
     #[test]

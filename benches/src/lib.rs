@@ -321,7 +321,7 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     {
         return Err(format!("unknown peer {bad:?} (mooncake, nixl, none)").into());
     }
-    let mut run = Run::new(args.region_mib, args.layout, args.rounds);
+    let mut run = Run::new(args.region_mib, args.layout, args.rounds, args.slices);
     let mut scaled = Vec::new();
     // The ceilings, measured first (again after the sweep, and probed before each point).
     let region = if sweep { args.region_mib << 20 } else { 0 };

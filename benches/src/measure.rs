@@ -120,6 +120,10 @@ impl Summary {
 pub(crate) struct Pumped {
     /// Blocks moved per second, in GB/s.
     pub(crate) gbps: f64,
+    /// Bytes of the transfers that ended.
+    pub(crate) bytes: f64,
+    /// Seconds from the first submit to the last transfer's end.
+    pub(crate) secs: f64,
     /// Each submit call, µs.
     pub(crate) submits: Vec<f64>,
     /// Each submit call during which the thread was not preempted, µs.
@@ -128,6 +132,23 @@ pub(crate) struct Pumped {
     pub(crate) completes: Vec<f64>,
     /// Each wake probe right after a submit, µs ([`WakeProbe`]).
     pub(crate) wakes: Vec<f64>,
+}
+
+impl Pumped {
+    /// Adds a later slice of the same point: its bytes and time, and its samples.
+    pub(crate) fn absorb(&mut self, slice: Pumped) {
+        self.bytes += slice.bytes;
+        self.secs += slice.secs;
+        self.gbps = if self.secs > 0.0 {
+            self.bytes / self.secs / 1e9
+        } else {
+            0.0
+        };
+        self.submits.extend(slice.submits);
+        self.submits_on_core.extend(slice.submits_on_core);
+        self.completes.extend(slice.completes);
+        self.wakes.extend(slice.wakes);
+    }
 }
 
 /// How the driver waits between its submits (`--waiting`, `--poll-sleep-us`).
@@ -219,8 +240,11 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let bytes = completes.len() as f64 * f64::from(batch) * shape.block as f64;
     Ok(Pumped {
-        gbps: completes.len() as f64 * f64::from(batch) * shape.block as f64 / secs / 1e9,
+        gbps: bytes / secs / 1e9,
+        bytes,
+        secs,
         submits,
         submits_on_core,
         completes,
@@ -303,16 +327,19 @@ pub(crate) fn throughput(
     let memcpy_1thr_gbps = set.gbps(shape.run_for / 2);
     let ceiling = CeilingKind::of(backend, args);
     ceilings.probe(ceiling, set, shape.run_for / 4)?;
+    let (pumped, raw_gbps) = sliced(&*a, (backend, &shape), args, |slice| {
+        backends.raw_gbps(backend, slice, args)
+    })?;
+    a.close()?;
+    drop((a, remote));
     let Pumped {
         gbps,
         submits,
         submits_on_core,
         completes,
         wakes,
-    } = pump(&*a, &shape, Driver::of(args))?;
-    a.close()?;
-    drop((a, remote));
-    let raw_gbps = backends.raw_gbps(backend, &shape, args)?;
+        ..
+    } = pumped;
     let (submit_preempted, submit_p99_on_core_us) = preempted(submits.len(), submits_on_core);
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
@@ -341,6 +368,46 @@ pub(crate) fn throughput(
         complete_avg_us,
         complete_p99_us,
     })
+}
+
+/// Runs the point in `args.slices` slices of `shape.run_for / slices`, each followed by a
+/// slice of the raw baseline (`raw`, given the slice's shape): the transfers' GB/s over all
+/// their slices, and the raw baseline's mean, so that the two are measured over the same
+/// moments of a machine whose memory bandwidth swings (on a shared 2-core VM, a copy moved
+/// 23 GB/s, then 33, then 23 again in seconds).
+///
+/// Only for shm, whose raw baseline is a plain copy: the libraries' raw baselines open and
+/// connect on every call, and short slices would time their ramp-up (in a `--quick` run,
+/// raw libfabric at 64 KiB moved a sixth of what it moves in one piece); theirs are measured
+/// in one piece after the point.
+fn sliced(
+    a: &dyn Transport,
+    (backend, shape): (&str, &Shape),
+    args: &Args,
+    mut raw: impl FnMut(&Shape) -> Res<Option<f64>>,
+) -> Res<(Pumped, Option<f64>)> {
+    let slices = if backend == "shm" {
+        args.slices.max(1)
+    } else {
+        1
+    };
+    let slice = Shape {
+        run_for: shape.run_for / slices,
+        ..*shape
+    };
+    let mut pumped: Option<Pumped> = None;
+    let mut raws = Vec::new();
+    for _ in 0..slices {
+        let p = pump(a, &slice, Driver::of(args))?;
+        match &mut pumped {
+            Some(all) => all.absorb(p),
+            None => pumped = Some(p),
+        }
+        raws.extend(raw(&slice)?);
+    }
+    let pumped = pumped.ok_or("a point of no slices")?;
+    let raw_gbps = (!raws.is_empty()).then(|| raws.iter().sum::<f64>() / raws.len() as f64);
+    Ok((pumped, raw_gbps))
 }
 
 /// `gbps / of`, 0 when `of` was not measured.
@@ -468,6 +535,64 @@ pub(crate) fn registration_us(
 mod tests {
     use super::*;
     use crate::Layout;
+
+    /// Opens shm in this process; its raw baseline records when it was called and for how
+    /// long, and answers 1, 2, 3, ... GB/s.
+    struct Counting(std::sync::Mutex<Vec<(Instant, Duration)>>);
+
+    impl Backends for Counting {
+        fn open(
+            &self,
+            backend: &str,
+            blocks: u32,
+            block: usize,
+            options: blockwire::TransportOptions,
+            allocate: bool,
+        ) -> Res<Box<dyn Transport>> {
+            crate::TestShm.open(backend, blocks, block, options, allocate)
+        }
+
+        fn raw_gbps(&self, _backend: &str, shape: &Shape, _args: &Args) -> Res<Option<f64>> {
+            let mut calls = self.0.lock().map_err(|_| "poisoned")?;
+            calls.push((Instant::now(), shape.run_for));
+            Ok(Some(calls.len() as f64))
+        }
+    }
+
+    /// A point of 3 slices calls the raw baseline 3 times, once after each slice of
+    /// transfers (so at least a slice apart, the first a slice after the start), each for a
+    /// third of the point's time, and reports their mean.
+    #[test]
+    fn a_point_alternates_its_slices_with_the_raw_baseline() {
+        let args = crate::test_args(&["--slices=3", "--duration=0.06", "--region-mib=2"]);
+        let counting = Counting(std::sync::Mutex::new(Vec::new()));
+        let mut set = WorkingSet::new(1 << 20).expect("working set");
+        let mut ceilings = Ceilings::default();
+        let began = Instant::now();
+        let p = throughput(
+            &counting,
+            &args,
+            "shm",
+            Op::Write,
+            4096,
+            (&mut set, &mut ceilings),
+        )
+        .expect("measured");
+        let calls = counting.0.into_inner().expect("not poisoned");
+        let slice = Duration::from_millis(20);
+        assert_eq!(calls.len(), 3, "{calls:?}");
+        assert!(
+            calls.iter().all(|&(_, run_for)| run_for == slice),
+            "{calls:?}"
+        );
+        let mut before = began;
+        for &(at, _) in &calls {
+            assert!(at.duration_since(before) >= slice, "{calls:?}");
+            before = at;
+        }
+        assert_eq!(p.raw_gbps, Some(2.0));
+        assert!(p.gbps > 0.0 && p.raw_gbps.is_some());
+    }
 
     /// One pass (no time): every thread copies exactly the blocks of the first batch in its
     /// share, so those blocks land and no other byte changes.

@@ -323,7 +323,7 @@ mod tests {
     #[test]
     fn a_missing_python_is_reported_skipped() {
         let args = test_args(&["--quick", "--peer-python=/nonexistent/python"]);
-        let mut run = Run::new(64, crate::Layout::Scattered, 1);
+        let mut run = Run::new(64, crate::Layout::Scattered, 1, 1);
         super::run(&args, 1.0, &mut run);
         assert!(run.points.is_empty());
         // Each peer (both by default) says why.
@@ -335,7 +335,7 @@ mod tests {
             );
         }
         // `--peers=none` runs nothing and reports nothing.
-        let mut quiet = Run::new(64, crate::Layout::Scattered, 1);
+        let mut quiet = Run::new(64, crate::Layout::Scattered, 1, 1);
         let none = test_args(&["--peers=none", "--peer-python=/nonexistent/python"]);
         super::run(&none, 1.0, &mut quiet);
         assert!(quiet.skipped.is_empty());
@@ -357,7 +357,7 @@ mod tests {
             "no {}: scripts/setup-python.sh makes it",
             python(&args).display()
         );
-        let mut run = Run::new(2, crate::Layout::Scattered, 1);
+        let mut run = Run::new(2, crate::Layout::Scattered, 1, 1);
         peer.run(&args, 1.0, &mut run);
         assert!(run.skipped.is_empty(), "{:?}", run.skipped);
         let mut seen: Vec<(String, bool)> = run

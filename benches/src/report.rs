@@ -39,6 +39,9 @@ pub struct Run {
     /// Rounds of the sweep (`--rounds`): each point is the round with the median GB/s.
     #[serde(default = "one_round")]
     pub rounds: u32,
+    /// Slices of each shm point (`--slices`), each followed by a slice of the raw copy.
+    #[serde(default = "one_round")]
+    pub slices: u32,
 }
 
 fn one_round() -> u32 {
@@ -46,11 +49,12 @@ fn one_round() -> u32 {
 }
 
 impl Run {
-    pub(crate) fn new(region_mib: usize, layout: crate::Layout, rounds: u32) -> Self {
+    pub(crate) fn new(region_mib: usize, layout: crate::Layout, rounds: u32, slices: u32) -> Self {
         Run {
             region_mib,
             layout,
             rounds,
+            slices,
             ..Default::default()
         }
     }
@@ -221,6 +225,13 @@ pub(crate) fn print_tables(run: &Run) {
                 crate::Layout::Contiguous => "one contiguous run",
             }
         );
+        if run.slices > 1 {
+            println!(
+                "each shm point: {} slices of its transfers, each followed by one of the raw \
+                 copy (/raw: the two over the same moments; --slices)",
+                run.slices
+            );
+        }
         match run.rounds {
             0 | 1 => println!(),
             n => println!("each point: the round with the median GB/s of {n} (--rounds)\n"),
@@ -463,7 +474,7 @@ mod tests {
 
     #[test]
     fn of_several_rounds_each_point_keeps_its_median_in_first_place() {
-        let mut run = Run::new(64, crate::Layout::Scattered, 3);
+        let mut run = Run::new(64, crate::Layout::Scattered, 3, 1);
         let shm = |gbps| point("shm", CeilingKind::Mem, gbps, 9.0, false);
         let peer = |gbps| point("mooncake (peer)", CeilingKind::Tcp, gbps, 9.0, true);
         let mut read = shm(7.0);
@@ -499,7 +510,7 @@ mod tests {
 
     #[test]
     fn settling_gives_each_point_its_ceiling() {
-        let mut run = Run::new(64, crate::Layout::Scattered, 1);
+        let mut run = Run::new(64, crate::Layout::Scattered, 1, 1);
         run.ceilings = Ceilings {
             mem_gbps: 20.0,
             mem_threads: 2,
