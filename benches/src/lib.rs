@@ -24,7 +24,9 @@
 //!   nothing of blockwire in between: for shm the best of 1 to N threads copying the same
 //!   blocks with `memcpy` and with streaming stores, between regions of the transports' kind
 //!   (shared memory with `--allocate`) (what the machine does with those blocks, which on
-//!   some machines is less than the memory ceiling's one long copy),
+//!   some machines is less than the memory ceiling's one long copy), measured in `--slices`
+//!   slices, each right after a slice of the point's transfers (the machine's memory
+//!   bandwidth can swing by a third from one second to the next),
 //!   `ucp_put_nbx` + flush for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl);
 //! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
 //!   NIXL Python peer has its own rows: compare them with the nixl backend's);

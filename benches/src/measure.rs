@@ -327,11 +327,26 @@ pub(crate) fn throughput(
     let memcpy_1thr_gbps = set.gbps(shape.run_for / 2);
     let ceiling = CeilingKind::of(backend, args);
     ceilings.probe(ceiling, set, shape.run_for / 4)?;
-    let (pumped, raw_gbps) = sliced(&*a, (backend, &shape), args, |slice| {
-        backends.raw_gbps(backend, slice, args)
-    })?;
+    let driver = Driver::of(args);
+    // Only shm's raw baseline (a plain copy) is sliced: the libraries' raw baselines open
+    // and connect on every call, and short slices would time their ramp-up (in a `--quick`
+    // run raw libfabric at 64 KiB moved a sixth of what it moves in one piece).
+    let (pumped, raw_during) = if backend == "shm" && args.slices > 1 {
+        let (pumped, raw) = sliced(&*a, &shape, args.slices, driver, |slice| {
+            backends.raw_gbps(backend, slice, args)
+        })?;
+        (pumped, Some(raw))
+    } else {
+        (pump(&*a, &shape, driver)?, None)
+    };
     a.close()?;
     drop((a, remote));
+    // The others run once the transports are closed: with a transport's threads still there
+    // (a progress thread's naps) raw libfabric moved half as much at 64 KiB.
+    let raw_gbps = match raw_during {
+        Some(raw) => raw,
+        None => backends.raw_gbps(backend, &shape, args)?,
+    };
     let Pumped {
         gbps,
         submits,
@@ -370,35 +385,26 @@ pub(crate) fn throughput(
     })
 }
 
-/// Runs the point in `args.slices` slices of `shape.run_for / slices`, each followed by a
-/// slice of the raw baseline (`raw`, given the slice's shape): the transfers' GB/s over all
-/// their slices, and the raw baseline's mean, so that the two are measured over the same
-/// moments of a machine whose memory bandwidth swings (on a shared 2-core VM, a copy moved
-/// 23 GB/s, then 33, then 23 again in seconds).
-///
-/// Only for shm, whose raw baseline is a plain copy: the libraries' raw baselines open and
-/// connect on every call, and short slices would time their ramp-up (in a `--quick` run,
-/// raw libfabric at 64 KiB moved a sixth of what it moves in one piece); theirs are measured
-/// in one piece after the point.
+/// Runs the point in `slices` slices of `shape.run_for / slices`, each followed by a slice of
+/// the raw baseline (`raw`, given the slice's shape): the transfers' GB/s over all their
+/// slices, and the raw baseline's mean, so that the two are measured over the same moments of
+/// a machine whose memory bandwidth swings (on a shared 2-core VM, a copy moved 23 GB/s, then
+/// 33, then 23 again in seconds).
 fn sliced(
     a: &dyn Transport,
-    (backend, shape): (&str, &Shape),
-    args: &Args,
+    shape: &Shape,
+    slices: u32,
+    driver: Driver,
     mut raw: impl FnMut(&Shape) -> Res<Option<f64>>,
 ) -> Res<(Pumped, Option<f64>)> {
-    let slices = if backend == "shm" {
-        args.slices.max(1)
-    } else {
-        1
-    };
     let slice = Shape {
-        run_for: shape.run_for / slices,
+        run_for: shape.run_for / slices.max(1),
         ..*shape
     };
     let mut pumped: Option<Pumped> = None;
     let mut raws = Vec::new();
-    for _ in 0..slices {
-        let p = pump(a, &slice, Driver::of(args))?;
+    for _ in 0..slices.max(1) {
+        let p = pump(a, &slice, driver)?;
         match &mut pumped {
             Some(all) => all.absorb(p),
             None => pumped = Some(p),
