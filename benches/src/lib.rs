@@ -132,6 +132,7 @@ mod notify;
 mod overhead;
 mod peer_process;
 mod peers;
+mod raw_copy;
 mod remote;
 mod report;
 mod scale;
@@ -148,9 +149,10 @@ use serde::{Deserialize, Serialize};
 
 pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
-pub use measure::{Point, Registration, raw_copy_gbps};
+pub use measure::{Point, Registration};
 pub use notify::NotifyCost;
 pub use overhead::TelemetryCost;
+pub use raw_copy::raw_copy_gbps;
 pub use report::Run;
 pub use scale::Scale;
 
