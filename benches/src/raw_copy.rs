@@ -9,15 +9,15 @@ use crate::ceiling::{CopyWith, together_gbps};
 use crate::{Res, Shape};
 
 /// The shm backend's raw baseline: the same batches of block copies between two regions of
-/// this shape, each made by `make` as the transports' regions are ([`Region::new`], or
-/// [`Region::new_shared`] where shm allocates them, `--allocate`: on a kernel that gives
-/// shared memory only small pages those copy slower), with nothing of blockwire in between,
-/// at the best the machine does: the best
+/// this shape, with nothing of blockwire in between, at the best the machine does: the best
 /// of 1 to N threads (N = cores), each with the C library's `memcpy` and with streaming stores
 /// (shm's copy kernel, [`blockwire_shm::copy_fast`]), each thread copying the blocks of every
-/// batch that lie in its own share of the region. Where shm reaches this, the bound is the
-/// copy of those blocks itself (on some machines scattered pieces of a region move slower
-/// than the memory ceiling's one long copy), not blockwire.
+/// batch that lie in its own share of the region. `make` makes the regions as the
+/// transports' are made: [`Region::new`], or [`Region::new_shared`] where shm allocates them
+/// (`--allocate`; on a kernel that gives shared memory only small pages those copy slower).
+/// Where shm reaches this, the bound is the copy of those blocks itself (on some machines
+/// scattered pieces of a region move slower than the memory ceiling's one long copy), not
+/// blockwire.
 ///
 /// ```
 /// use blockwire_bench::{Shape, raw_copy_gbps};
