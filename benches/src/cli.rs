@@ -285,20 +285,23 @@ mod tests {
     use crate::test_args;
     use clap::Parser;
 
+    /// `--rounds` (default 1) and `--slices` (default 4): each is forwarded to the child
+    /// binary, and 0 is refused.
     #[test]
-    fn rounds_default_to_one_are_forwarded_and_zero_is_refused() {
-        assert_eq!(test_args(&[]).rounds, 1);
-        let args = test_args(&["--rounds=3"]);
-        assert!(args.forwarded("nixl").iter().any(|f| f == "--rounds=3"));
-        assert!(super::Args::try_parse_from(["blockwire-bench", "--rounds=0"]).is_err());
-    }
-
-    #[test]
-    fn slices_default_to_four_are_forwarded_and_zero_is_refused() {
-        assert_eq!(test_args(&[]).slices, 4);
-        let args = test_args(&["--slices=1"]);
-        assert!(args.forwarded("nixl").iter().any(|f| f == "--slices=1"));
-        assert!(super::Args::try_parse_from(["blockwire-bench", "--slices=0"]).is_err());
+    fn rounds_and_slices_have_defaults_are_forwarded_and_zero_is_refused() {
+        let defaults = test_args(&[]);
+        type Of = fn(&super::Args) -> u32;
+        let cases: [(&str, u32, Of); 2] =
+            [("rounds", 1, |a| a.rounds), ("slices", 4, |a| a.slices)];
+        for (flag, default, of) in cases {
+            assert_eq!(of(&defaults), default, "--{flag}");
+            let given = format!("--{flag}=3");
+            let args = test_args(&[&given]);
+            assert_eq!(of(&args), 3, "--{flag}");
+            assert!(args.forwarded("nixl").contains(&given), "--{flag}");
+            let zero = format!("--{flag}=0");
+            assert!(super::Args::try_parse_from(["blockwire-bench", &zero]).is_err());
+        }
     }
 
     #[test]

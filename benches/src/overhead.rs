@@ -103,7 +103,7 @@ pub(crate) fn cost(
             let a = if k == 0 { &*off } else { &*on };
             let p = pump(a, &shape, Driver::of(args))?;
             let b = &mut best[k];
-            b.gbps = b.gbps.max(p.gbps);
+            b.gbps = b.gbps.max(p.gbps());
             let submit = Summary::of(p.submits);
             b.submit_us = b.submit_us.min(submit.avg);
             b.submit_p50_us = b.submit_p50_us.min(submit.p50);

@@ -103,7 +103,6 @@ fn blocks_copy_gbps(
 
 #[cfg(test)]
 mod tests {
-
     use super::*;
     use crate::Layout;
 

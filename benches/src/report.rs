@@ -37,14 +37,15 @@ pub struct Run {
     /// Backends left out, with the reason.
     pub skipped: Vec<String>,
     /// Rounds of the sweep (`--rounds`): each point is the round with the median GB/s.
-    #[serde(default = "one_round")]
+    #[serde(default = "one")]
     pub rounds: u32,
     /// Slices of each shm point (`--slices`), each followed by a slice of the raw copy.
-    #[serde(default = "one_round")]
+    #[serde(default = "one")]
     pub slices: u32,
 }
 
-fn one_round() -> u32 {
+/// What a run recorded before `rounds` and `slices` were: one of each.
+fn one() -> u32 {
     1
 }
 
