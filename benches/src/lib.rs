@@ -35,9 +35,9 @@
 //! 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as JSON and an SVG plot
 //! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
 //! what to compare: these machines are shared and noisy. `--rounds 3` measures the sweep
-//! three times (every backend's points, round after round, then the peers' three times) and
-//! reports each point's median round, so that one slow second of the machine does not make a
-//! point.
+//! three times (each round every backend's points, then the peers'; nixl, which runs in its
+//! own binary, does its rounds there first) and reports each point's median round, so that one
+//! slow second of the machine does not make a point; the JSON keeps every round's GB/s.
 //!
 //! **Peers** (`--peers mooncake,nixl`, the default; `--peers none` leaves them out): the
 //! driver `benches/peers/peer_driver.py` and its engine modules, embedded in the binary, run
@@ -361,8 +361,9 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     if args.emit_json.is_some() {
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
-    // Round after round over every backend, so that a slow minute of the machine falls on
-    // one round of each rather than on every round of one.
+    let peers = sweep && args.peers.iter().any(|p| p != "none");
+    // Round after round over every backend and peer, so that a slow minute of the machine
+    // falls on one round of each rather than on every round of one.
     for _ in (0..rounds).filter(|_| sweep) {
         for (backend, _) in &here {
             for &op in &ops {
@@ -380,6 +381,15 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
                     bar.inc(1);
                 }
             }
+        }
+        if peers {
+            bar.suspend(|| -> Res<()> {
+                let half = Duration::from_secs_f64(args.duration / 2.0);
+                let memcpy_1thr = set.gbps(half);
+                run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
+                peers::run(args, memcpy_1thr, &mut run);
+                Ok(())
+            })?;
         }
     }
     for (backend, caps) in &here {
@@ -408,14 +418,6 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
         // machine was busier than during the points would flatter them.
         let again = Ceilings::measure(&mut set, ceiling_time(args))?;
         run.ceilings.keep_best(&again);
-    }
-    if sweep && args.peers.iter().any(|p| p != "none") {
-        let half = Duration::from_secs_f64(args.duration / 2.0);
-        let memcpy_1thr = set.gbps(half);
-        run.ceilings.probe(CeilingKind::Tcp, &mut set, half / 2)?;
-        for _ in 0..rounds {
-            peers::run(args, memcpy_1thr, &mut run);
-        }
     }
     if args.measures("scale")? {
         let names: Vec<String> = here.iter().map(|(b, _)| b.clone()).collect();

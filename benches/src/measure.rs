@@ -25,8 +25,12 @@ pub struct Point {
     pub batch: u32,
     /// Transfers kept in flight.
     pub depth: usize,
-    /// Blocks moved per second, in GB/s.
+    /// Blocks moved per second, in GB/s: with `--rounds`, the median round's.
     pub gbps: f64,
+    /// GB/s of every round of this point, in the order measured (`gbps` is their median);
+    /// empty in runs recorded before it.
+    #[serde(default)]
+    pub round_gbps: Vec<f64>,
     /// Which ceiling bounds this setting ([`CeilingKind::of`]; a peer over TCP: `tcp`).
     #[serde(default)]
     pub ceiling: CeilingKind,
@@ -368,6 +372,8 @@ pub(crate) fn throughput(
         batch: shape.batch,
         depth: args.depth,
         gbps,
+        // Filled in when the rounds are settled (`Run::keep_median_points`).
+        round_gbps: Vec::new(),
         ceiling,
         // Set with the run's ceilings, once they are known (`Run::settle`).
         ceiling_gbps: 0.0,

@@ -124,6 +124,16 @@ pub(crate) fn run(args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
     }
 }
 
+/// Leaves a peer's measurement out, saying why, once: each round of `--rounds` runs the peers
+/// again and would give the same reason.
+fn skip(run: &mut Run, label: &str, why: impl std::fmt::Display) {
+    let entry = format!("{label}: {why}");
+    if !run.skipped.contains(&entry) {
+        println!("{label}: skipped: {why}");
+        run.skipped.push(entry);
+    }
+}
+
 impl Peer {
     fn run(&self, args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
         let label = self.label;
@@ -138,6 +148,7 @@ impl Peer {
                     batch: r.batch,
                     depth: r.depth,
                     gbps: r.gbps,
+                    round_gbps: Vec::new(),
                     ceiling,
                     ceiling_gbps: 0.0,
                     ratio_to_ceiling: 0.0,
@@ -154,14 +165,10 @@ impl Peer {
                     complete_p99_us: r.complete_p99_us,
                 }));
                 for s in skipped {
-                    println!("{label}: skipped: {s}");
-                    run.skipped.push(format!("{label}: {s}"));
+                    skip(run, label, s);
                 }
             }
-            Err(e) => {
-                println!("{label}: skipped: {e}");
-                run.skipped.push(format!("{label}: {e}"));
-            }
+            Err(e) => skip(run, label, e),
         }
     }
 
@@ -324,6 +331,8 @@ mod tests {
     fn a_missing_python_is_reported_skipped() {
         let args = test_args(&["--quick", "--peer-python=/nonexistent/python"]);
         let mut run = Run::new(64, crate::Layout::Scattered, 1, 1);
+        // Two rounds (`--rounds 2`): each peer says why once.
+        super::run(&args, 1.0, &mut run);
         super::run(&args, 1.0, &mut run);
         assert!(run.points.is_empty());
         // Each peer (both by default) says why.

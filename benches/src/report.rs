@@ -72,7 +72,8 @@ impl Run {
 
     /// Keeps, of the points measured in several rounds (same backend, operation, placement
     /// and block size), the one with the median GB/s (the lower middle of an even count), in
-    /// the place the first was measured.
+    /// the place the first was measured, with every round's GB/s in `round_gbps` (a point
+    /// that already has them, settled in another binary, brings its own).
     pub(crate) fn keep_median_points(&mut self) {
         let key = |p: &Point| {
             (
@@ -94,9 +95,18 @@ impl Run {
         self.points = rounds
             .into_iter()
             .filter_map(|(_, mut same)| {
+                let every: Vec<f64> = same
+                    .iter()
+                    .flat_map(|p| match p.round_gbps.as_slice() {
+                        [] => vec![p.gbps],
+                        rounds => rounds.to_vec(),
+                    })
+                    .collect();
                 same.sort_by(|a, b| a.gbps.total_cmp(&b.gbps));
                 let mid = (same.len() - 1) / 2;
-                same.into_iter().nth(mid)
+                let mut kept = same.into_iter().nth(mid)?;
+                kept.round_gbps = every;
+                Some(kept)
             })
             .collect();
     }
@@ -456,6 +466,7 @@ mod tests {
             batch: 16,
             depth: 4,
             gbps,
+            round_gbps: Vec::new(),
             ceiling,
             ceiling_gbps: 0.0,
             ratio_to_ceiling: 0.0,
@@ -474,7 +485,7 @@ mod tests {
     }
 
     #[test]
-    fn of_several_rounds_each_point_keeps_its_median_in_first_place() {
+    fn of_several_rounds_each_point_keeps_its_median_in_first_place_and_every_round() {
         let mut run = Run::new(64, crate::Layout::Scattered, 3, 1);
         let shm = |gbps| point("shm", CeilingKind::Mem, gbps, 9.0, false);
         let peer = |gbps| point("mooncake (peer)", CeilingKind::Tcp, gbps, 9.0, true);
@@ -482,29 +493,43 @@ mod tests {
         read.op = "READ".into();
         let mut big = shm(8.0);
         big.block_bytes = 1 << 20;
+        // Settled in another binary (nixl's): its rounds come with it.
+        let mut elsewhere = point("nixl", CeilingKind::Mem, 6.0, 9.0, false);
+        elsewhere.round_gbps = vec![9.0, 6.0, 4.0];
         run.points = vec![
             shm(1.0),
             read,
             big,
+            elsewhere,
             shm(5.0),
             peer(2.0),
             shm(3.0),
             peer(4.0),
         ];
         run.keep_median_points();
-        let kept: Vec<(&str, &str, usize, f64)> = run
+        let kept: Vec<(&str, &str, usize, f64, &[f64])> = run
             .points
             .iter()
-            .map(|p| (p.backend.as_str(), p.op.as_str(), p.block_bytes, p.gbps))
+            .map(|p| {
+                let rounds = p.round_gbps.as_slice();
+                (
+                    p.backend.as_str(),
+                    p.op.as_str(),
+                    p.block_bytes,
+                    p.gbps,
+                    rounds,
+                )
+            })
             .collect();
         assert_eq!(
             kept,
             [
-                ("shm", "WRITE", 65536, 3.0),
-                ("shm", "READ", 65536, 7.0),
-                ("shm", "WRITE", 1 << 20, 8.0),
+                ("shm", "WRITE", 65536, 3.0, &[1.0, 5.0, 3.0][..]),
+                ("shm", "READ", 65536, 7.0, &[7.0][..]),
+                ("shm", "WRITE", 1 << 20, 8.0, &[8.0][..]),
+                ("nixl", "WRITE", 65536, 6.0, &[9.0, 6.0, 4.0][..]),
                 // Of an even count, the lower middle.
-                ("mooncake (peer)", "WRITE", 65536, 2.0),
+                ("mooncake (peer)", "WRITE", 65536, 2.0, &[2.0, 4.0][..]),
             ]
         );
     }
