@@ -35,8 +35,8 @@
 //! 19,599 and 1,000,000 blocks. Results also go to `results/run-*/` as JSON and an SVG plot
 //! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
 //! what to compare: these machines are shared and noisy. `--rounds 3` measures the sweep
-//! three times (each round every backend's points, then the peers'; nixl, which runs in its
-//! own binary, does its rounds there first) and reports each point's median round, so that one
+//! three times (each round every backend's points, nixl's in its own binary, then the
+//! peers') and reports each point's median round, so that one
 //! slow second of the machine does not make a point; the JSON keeps every round's GB/s.
 //!
 //! **Peers** (`--peers mooncake,nixl`, the default; `--peers none` leaves them out): the
@@ -127,6 +127,7 @@ compile_error!(
 
 mod ceiling;
 mod cli;
+mod elsewhere;
 mod measure;
 mod notify;
 mod overhead;
@@ -138,17 +139,18 @@ mod report;
 mod scale;
 mod wake;
 
-use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use blockwire::{Op, Transport, TransportOptions};
 use clap::Parser;
+use elsewhere::run_elsewhere;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 pub use ceiling::{CeilingKind, Ceilings};
 pub use cli::Args;
+pub use elsewhere::sibling;
 pub use measure::{Point, Registration};
 pub use notify::NotifyCost;
 pub use overhead::TelemetryCost;
@@ -336,12 +338,12 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     }
     // A backend that cannot run in this process (NIXL beside the system UCX) runs in the
     // binary that can, if there is one; one that cannot run at all is reported and left out.
-    let mut here = Vec::new();
+    let (mut here, mut elsewhere) = (Vec::new(), Vec::new());
     for backend in &args.backends {
         match backends.open(backend, 1, 4096, args.options(backend)?, args.allocate) {
             Ok(t) => here.push((backend.clone(), t.capabilities())),
             Err(e) if is_unsupported(&*e) => match backends.elsewhere(backend) {
-                Some(cmd) => run.merge(run_elsewhere(cmd, args, backend, &mut scaled)?),
+                Some(_) => elsewhere.push(backend.clone()),
                 None => {
                     println!("{backend}: skipped: {e}");
                     run.skipped.push(format!("{backend}: {e}"));
@@ -363,8 +365,20 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
     }
     let peers = sweep && args.peers.iter().any(|p| p != "none");
     // Round after round over every backend and peer, so that a slow minute of the machine
-    // falls on one round of each rather than on every round of one.
+    // falls on one round of each rather than on every round of one. A backend that runs in
+    // another binary runs there once a round (one round of its sweep), then once more for
+    // what else is measured.
+    let one_round = Args {
+        rounds: 1,
+        measures: vec!["throughput".into()],
+        ..args.clone()
+    };
     for _ in (0..rounds).filter(|_| sweep) {
+        for backend in &elsewhere {
+            let other =
+                bar.suspend(|| run_elsewhere(backends, &one_round, backend, &mut scaled))?;
+            run.merge(other);
+        }
         for (backend, _) in &here {
             for &op in &ops {
                 for &kib in &args.sizes_kib {
@@ -391,6 +405,17 @@ fn run(backends: &dyn Backends, args: &mut Args) -> Res<()> {
                 Ok(())
             })?;
         }
+    }
+    let rest = Args {
+        measures: (args.measures.iter())
+            .filter(|m| *m != "throughput")
+            .cloned()
+            .collect(),
+        ..args.clone()
+    };
+    for backend in elsewhere.iter().filter(|_| !rest.measures.is_empty()) {
+        let other = bar.suspend(|| run_elsewhere(backends, &rest, backend, &mut scaled))?;
+        run.merge(other);
     }
     for (backend, caps) in &here {
         for blocks in REGISTRATION_SIZES.into_iter().filter(|_| reg) {
@@ -481,40 +506,6 @@ fn skip(bar: &ProgressBar, run: &mut Run, why: String) {
     run.skipped.push(why);
 }
 
-/// Runs `backend` in another binary and reads back what it measured (its scale results into
-/// `scaled`).
-fn run_elsewhere(
-    mut cmd: std::process::Command,
-    args: &Args,
-    backend: &str,
-    scaled: &mut Vec<Scale>,
-) -> Res<Run> {
-    let dir = tempdir()?;
-    let out = dir.join("run.json");
-    println!(
-        "{backend}: runs in its own process ({:?})",
-        cmd.get_program()
-    );
-    let status = cmd
-        .args(args.forwarded(backend))
-        .arg(format!("--emit-json={}", out.display()))
-        .status()
-        .map_err(|e| format!("starting {:?} for {backend}: {e}", cmd.get_program()))?;
-    if !status.success() {
-        return Err(format!("{backend}: {:?} failed ({status})", cmd.get_program()).into());
-    }
-    let run = serde_json::from_slice(&std::fs::read(&out)?)?;
-    scaled.extend(scale::read_beside(&out)?);
-    let _ = std::fs::remove_dir_all(&dir);
-    Ok(run)
-}
-
-fn tempdir() -> Res<std::path::PathBuf> {
-    let dir = std::env::temp_dir().join(format!("blockwire-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
-}
-
 /// How long each setting of the ceilings is measured: `--duration`, within 0.2 to 1 s
 /// (`--quick`: 0.15 s).
 fn ceiling_time(args: &Args) -> Duration {
@@ -534,36 +525,6 @@ fn is_unsupported(e: &(dyn std::error::Error + 'static)) -> bool {
         Some(blockwire::Error::Open { source, .. })
             if source.kind() == blockwire::BackendErrorKind::Unsupported
     )
-}
-
-/// The sibling binary `name` beside the running one, building it first with the features this
-/// binary was built with when it is missing and this runs under `cargo run` (`CARGO` is set).
-pub fn sibling(name: &str, features: &[&str]) -> Option<std::process::Command> {
-    let exe = std::env::current_exe().ok()?;
-    let path = exe.with_file_name(name);
-    let stale = |p: &Path| {
-        let modified = |p: &Path| p.metadata().and_then(|m| m.modified()).ok();
-        match (modified(p), modified(&exe)) {
-            (Some(s), Some(e)) => s < e,
-            _ => true,
-        }
-    };
-    if stale(&path) {
-        if let Ok(cargo) = std::env::var("CARGO") {
-            let release = exe.parent().and_then(|d| d.file_name()) == Some("release".as_ref());
-            println!("building {name} (cargo build -p blockwire-bench --bin {name})");
-            let mut build = std::process::Command::new(cargo);
-            build.args(["build", "-q", "-p", "blockwire-bench", "--bin", name]);
-            build.arg(format!("--features={}", features.join(",")));
-            if release {
-                build.arg("--release");
-            }
-            if !build.status().is_ok_and(|s| s.success()) {
-                return None;
-            }
-        }
-    }
-    path.exists().then(|| std::process::Command::new(path))
 }
 
 /// What the unit tests open: shm in this process.

@@ -67,7 +67,12 @@ impl Run {
         self.notify.extend(other.notify);
         self.ceilings.keep_best(&other.ceilings);
         self.telemetry.extend(other.telemetry);
-        self.skipped.extend(other.skipped);
+        // Another binary that runs once a round gives the same reasons each time.
+        for why in other.skipped {
+            if !self.skipped.contains(&why) {
+                self.skipped.push(why);
+            }
+        }
     }
 
     /// Keeps, of the points measured in several rounds (same backend, operation, placement
