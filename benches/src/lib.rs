@@ -36,8 +36,8 @@
 //! (the ceilings drawn as labelled lines, the peer dashed). Ratios measured in one run are
 //! what to compare: these machines are shared and noisy. `--rounds 3` measures the sweep
 //! three times (each round every backend's points, nixl's in its own binary, then the
-//! peers') and reports each point's median round, so that one
-//! slow second of the machine does not make a point; the JSON keeps every round's GB/s.
+//! peers') and reports each point's median round, so that one slow second of the machine
+//! does not make a point; the JSON keeps every round's GB/s.
 //!
 //! **Peers** (`--peers mooncake,nixl`, the default; `--peers none` leaves them out): the
 //! driver `benches/peers/peer_driver.py` and its engine modules, embedded in the binary, run
