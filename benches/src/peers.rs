@@ -127,10 +127,8 @@ pub(crate) fn run(args: &Args, memcpy_1thr_gbps: f64, run: &mut Run) {
 /// Leaves a peer's measurement out, saying why, once: each round of `--rounds` runs the peers
 /// again and would give the same reason.
 fn skip(run: &mut Run, label: &str, why: impl std::fmt::Display) {
-    let entry = format!("{label}: {why}");
-    if !run.skipped.contains(&entry) {
+    if run.skip_once(format!("{label}: {why}")) {
         println!("{label}: skipped: {why}");
-        run.skipped.push(entry);
     }
 }
 

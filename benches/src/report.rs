@@ -69,10 +69,18 @@ impl Run {
         self.telemetry.extend(other.telemetry);
         // Another binary that runs once a round gives the same reasons each time.
         for why in other.skipped {
-            if !self.skipped.contains(&why) {
-                self.skipped.push(why);
-            }
+            self.skip_once(why);
         }
+    }
+
+    /// Records why a measurement was left out, unless that reason is already on record (each
+    /// round of `--rounds` gives the same ones again); whether it was new.
+    pub(crate) fn skip_once(&mut self, why: String) -> bool {
+        let new = !self.skipped.contains(&why);
+        if new {
+            self.skipped.push(why);
+        }
+        new
     }
 
     /// Keeps, of the points measured in several rounds (same backend, operation, placement
