@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use blockwire::{PeerDescriptor, Transport};
 
-use crate::{Args, Backends, Res};
+use crate::{Args, Backends, Res, Role, write_pattern};
 
 /// A peer transport in a child process; dropping it ends the child.
 pub(crate) struct BenchPeer {
@@ -82,9 +82,7 @@ pub(crate) fn serve(backends: &dyn Backends, args: &Args, spec: &str) -> Res<()>
         args.options(backend)?,
         args.allocate,
     )?;
-    for i in 0..blocks {
-        t.region().fill_block(i, (i % 241) as u8)?;
-    }
+    write_pattern(t.region(), Role::Remote)?;
     let mut out = std::io::stdout().lock();
     writeln!(out, "DESC {}", hex::encode(t.descriptor()?.to_bytes()))?;
     out.flush()?;

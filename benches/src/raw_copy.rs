@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use blockwire::{Op, Region};
 
 use crate::ceiling::{CopyWith, together_gbps};
-use crate::{Res, Shape};
+use crate::{Res, Role, Shape, write_pattern};
 
 /// The shm backend's raw baseline: the same batches of block copies between two regions of
 /// this shape, with nothing of blockwire in between, at the best the machine does: the best
@@ -36,10 +36,8 @@ pub fn raw_copy_gbps(shape: &Shape, make: fn(u32, usize) -> blockwire::Result<Re
     );
     // Written first, as the transports' regions are: a region's pages are mapped lazily, and
     // reads of never-written pages all hit one shared zero page (in cache), not memory.
-    for i in 0..shape.blocks {
-        a.fill_block(i, (i % 251) as u8)?;
-        b.fill_block(i, (i % 241) as u8)?;
-    }
+    write_pattern(&a, Role::Initiator)?;
+    write_pattern(&b, Role::Remote)?;
     let (src, dst) = match shape.op {
         Op::Write => (&a, &mut b),
         Op::Read => (&b, &mut a),

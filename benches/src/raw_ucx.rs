@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use blockwire::{Op, Region};
-use blockwire_bench::Shape;
+use blockwire_bench::{Role, Shape, write_pattern};
 use ucx_sys::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -116,6 +116,9 @@ pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f
         layout,
     } = *shape;
     let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
+    // Written first, as the transports' regions are (see `write_pattern`).
+    write_pattern(&ra, Role::Initiator)?;
+    write_pattern(&rb, Role::Remote)?;
     let (a, b) = (Side::open(&ra, tls)?, Side::open(&rb, tls)?);
     let progress = || {
         // SAFETY: live workers, progressed from this thread only.

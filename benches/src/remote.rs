@@ -3,7 +3,7 @@
 
 use blockwire::{PeerDescriptor, PeerId, Transport, TransportOptions};
 
-use crate::{Args, Backends, Res, peer_process::BenchPeer};
+use crate::{Args, Backends, Res, Role, peer_process::BenchPeer, write_pattern};
 
 /// The remote side of a measurement: a transport here, or one in a spawned process.
 pub(crate) enum Remote {
@@ -33,9 +33,7 @@ impl Remote {
             args.options(backend)?,
             args.allocate,
         )?;
-        for i in 0..blocks {
-            b.region().fill_block(i, (i % 241) as u8)?;
-        }
+        write_pattern(b.region(), Role::Remote)?;
         Ok(Remote::Here(b))
     }
 
@@ -67,9 +65,7 @@ pub(crate) fn initiator(
     remote: &Remote,
 ) -> Res<Box<dyn Transport>> {
     let a = backends.open(backend, blocks, block, options, args.allocate)?;
-    for i in 0..blocks {
-        a.region().fill_block(i, (i % 251) as u8)?;
-    }
+    write_pattern(a.region(), Role::Initiator)?;
     a.add_remote_peer(&PeerId::from(PEER), &remote.descriptor()?)?;
     Ok(a)
 }

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use blockwire::{Op, Region};
-use blockwire_bench::{Res, Shape};
+use blockwire_bench::{Res, Role, Shape, write_pattern};
 use blockwire_nixl::Dram;
 use nixl_sys::{
     Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle, XferOp, XferRequest,
@@ -53,6 +53,9 @@ pub(crate) fn gbps(shape: &Shape, plugin: &str) -> Res<f64> {
         Region::new(shape.blocks, shape.block)?,
         Region::new(shape.blocks, shape.block)?,
     );
+    // Written first, as the transports' regions are (see `write_pattern`).
+    write_pattern(&ra, Role::Initiator)?;
+    write_pattern(&rb, Role::Remote)?;
     let pid = std::process::id();
     let a = Side::open(&format!("raw-a-{pid}"), plugin, &ra)?;
     let b = Side::open(&format!("raw-b-{pid}"), plugin, &rb)?;
