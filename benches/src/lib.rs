@@ -27,7 +27,8 @@
 //!   some machines is less than the memory ceiling's one long copy), measured in `--slices`
 //!   slices, each right after a slice of the point's transfers (the machine's memory
 //!   bandwidth can swing by a third from one second to the next),
-//!   `ucp_put_nbx` + flush for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl);
+//!   `ucp_put_nbx` + flush for ucx, `fi_writemsg` for libfabric, a NIXL agent for nixl; every
+//!   baseline's regions are written first, as the transports' are: see [`write_pattern`]);
 //! - `/mooncake`, to the Mooncake peer at the same operation, block size and placement (the
 //!   NIXL Python peer has its own rows: compare them with the nixl backend's);
 //!
