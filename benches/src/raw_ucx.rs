@@ -1,6 +1,7 @@
 //! The ucx backend's raw baseline: the same batches of block puts (or gets) between two UCP
 //! workers in this process, through ucx-sys directly (`ucp_put_nbx`/`ucp_get_nbx` per block,
-//! then `ucp_ep_flush_nbx`), progressed by this thread: UCX with nothing of blockwire in between.
+//! then `ucp_ep_flush_nbx`), progressed by this thread: UCX with nothing of blockwire in between,
+//! configured as the backend configures it (`tls`, and `blockwire::ucx::tcp_tuning`).
 
 use std::ffi::{CString, c_void};
 use std::ptr;
@@ -29,7 +30,7 @@ struct Side {
 }
 
 impl Side {
-    fn open(region: &Region, tls: Option<&str>) -> Res<Side> {
+    fn open(region: &Region, tls: Option<&str>, tuning: &[(&str, String)]) -> Res<Side> {
         let mut side = Side {
             context: ptr::null_mut(),
             worker: ptr::null_mut(),
@@ -43,8 +44,9 @@ impl Side {
                 "ucp_config_read",
                 ucp_config_read(ptr::null(), ptr::null(), &mut config),
             )?;
-            if let Some(tls) = tls {
-                let (k, v) = (CString::new("TLS")?, CString::new(tls)?);
+            let tls = tls.map(|tls| ("TLS", tls.to_owned()));
+            for (key, value) in tls.iter().chain(tuning) {
+                let (k, v) = (CString::new(*key)?, CString::new(value.as_str())?);
                 check(
                     "ucp_config_modify",
                     ucp_config_modify(config, k.as_ptr(), v.as_ptr()),
@@ -105,7 +107,12 @@ unsafe extern "C" fn flushed(request: *mut c_void, _status: ucs_status_t, user_d
 
 /// GB/s of raw UCX for `op` over two regions of `blocks` blocks of `block` bytes, `batch`
 /// blocks per flush, `depth` flushes outstanding, for `run_for`.
-pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f64> {
+pub(crate) fn gbps(
+    shape: &Shape,
+    tls: Option<&str>,
+    tuning: &[(&str, String)],
+    peer_errors: bool,
+) -> Res<f64> {
     let Shape {
         op,
         blocks,
@@ -119,7 +126,7 @@ pub(crate) fn gbps(shape: &Shape, tls: Option<&str>, peer_errors: bool) -> Res<f
     // Written first, as the transports' regions are (see `write_pattern`).
     write_pattern(&ra, Role::Initiator)?;
     write_pattern(&rb, Role::Remote)?;
-    let (a, b) = (Side::open(&ra, tls)?, Side::open(&rb, tls)?);
+    let (a, b) = (Side::open(&ra, tls, tuning)?, Side::open(&rb, tls, tuning)?);
     let progress = || {
         // SAFETY: live workers, progressed from this thread only.
         unsafe { ucp_worker_progress(a.worker) + ucp_worker_progress(b.worker) }

@@ -67,6 +67,7 @@
 //! | `net_devices` | UCX's default (`UCX_NET_DEVICES`) | network devices, for example `lo` |
 //! | `progress` | `thread` | `thread` or `caller` (see above) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle progress thread: a passive target's latency against its CPU use |
+//! | `tcp_seg_bytes` | [`DEFAULT_TCP_SEG_BYTES`] (64 KiB), or `UCX_TCP_TX_SEG_SIZE` where set | the TCP transport's send segment, 8 KiB to 64 KiB (UCX's default is 8 KiB): the most a READ's answer or a put carries in one message; see [`tcp_tuning`] |
 //! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) |
 //!
 //! UCX's own `UCX_*` environment variables apply too; these options override them.
@@ -116,6 +117,7 @@ mod address;
 mod endpoint;
 mod errors;
 mod notify;
+mod tuning;
 mod worker;
 
 use std::ffi::c_void;
@@ -133,6 +135,7 @@ use ucx_sys::*;
 
 use address::UcxAddress;
 use endpoint::{ForceClose, close_peer, fail_posted, force_close};
+pub use tuning::{DEFAULT_TCP_SEG_BYTES, tcp_tuning};
 pub use worker::ProgressMode;
 use worker::{Memory, Settings, Ucx};
 
@@ -389,6 +392,8 @@ impl UcxBackend {
             .take::<bool>("peer_errors")
             .map_err(open_err)?
             .unwrap_or(true);
+        let tcp_seg_bytes = options.take::<u64>("tcp_seg_bytes").map_err(open_err)?;
+        let tuning = tcp_tuning(tls.as_deref(), tcp_seg_bytes).map_err(open_err)?;
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
@@ -400,6 +405,7 @@ impl UcxBackend {
             net_devices,
             progress,
             idle_sleep,
+            tuning,
         };
         let notifier = notify::Notifier::new(inbox);
         let (ucx, base) = Ucx::open(memory, &settings, notifier).map_err(open_err)?;

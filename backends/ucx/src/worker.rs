@@ -49,6 +49,8 @@ pub(crate) struct Settings {
     pub(crate) progress: ProgressMode,
     /// Bound on the progress thread's sleep when idle.
     pub(crate) idle_sleep: Duration,
+    /// Further `ucp_config_modify` pairs ([`crate::tcp_tuning`]).
+    pub(crate) tuning: Vec<(&'static str, String)>,
 }
 
 struct WorkerPtr(ucp_worker_h);
@@ -128,7 +130,7 @@ fn config_set(config: *mut ucp_config_t, name: &str, value: &str) -> Result<(), 
 }
 
 /// Reads UCX's configuration (defaults and `UCX_*` variables), applies the settings'
-/// transports and devices, and creates an RMA context.
+/// transports, devices and tuning, and creates an RMA context.
 fn init_context(settings: &Settings) -> Result<ucp_context_h, BackendError> {
     let mut config: *mut ucp_config_t = ptr::null_mut();
     // SAFETY: null prefix and file mean the defaults plus UCX_* environment variables.
@@ -141,6 +143,9 @@ fn init_context(settings: &Settings) -> Result<ucp_context_h, BackendError> {
         }
         if let Some(dev) = &settings.net_devices {
             config_set(config, "NET_DEVICES", dev)?;
+        }
+        for (key, value) in &settings.tuning {
+            config_set(config, key, value)?;
         }
         Ok::<(), BackendError>(())
     })();

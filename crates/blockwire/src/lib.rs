@@ -73,6 +73,11 @@ pub use transport::Transport;
 #[cfg(feature = "nixl")]
 pub use blockwire_nixl as nixl;
 
+/// The ucx backend's crate (feature `ucx`): [`ucx::tcp_tuning`] says which UCX settings the
+/// backend applies beyond `tls` and `net_devices`, for a program that drives UCX itself alongside.
+#[cfg(feature = "ucx")]
+pub use blockwire_ucx as ucx;
+
 /// The libfabric backend's crate (feature `libfabric`): [`libfabric::provider_named`] says
 /// which provider an option value (or the default) picks, and
 /// [`libfabric::reap_stale_shm_files`] removes what a killed process's `shm` endpoints left.
