@@ -83,6 +83,9 @@
 //! | `tls=posix,cma,peer_errors=false`, caller's memory | `rma(posix/memory)`; protocol v2 reports software emulation | 0.58 / 0.58 | 0.59 / 0.64 |
 //! | same, region from [`UcxBackend::open_allocated`] | `rma(posix/memory)`: true one-sided puts (v2: `short` up to 30306 bytes) | 0.91 / 1.01 | 1.05 / 0.98 |
 //!
+//! (Measured with UCX's default TCP send segment of 8 KiB; see `tcp_seg_bytes` for what 64 KiB
+//! changes over TCP.)
+//!
 //! UCX 1.13 gives peer-failure handling only to transports that support it, which leaves out
 //! `posix`, `sysv` and `self` (and `cma` carries no active messages): with the default
 //! `peer_errors=true` a shared-memory-only `tls` cannot connect, and the default `tls` falls back
