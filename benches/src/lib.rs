@@ -156,7 +156,7 @@ pub use elsewhere::sibling;
 pub use measure::{Point, Registration};
 pub use notify::NotifyCost;
 pub use overhead::TelemetryCost;
-pub use pattern::{Role, write_pattern};
+pub use pattern::{Role, write_pattern, written_regions};
 pub use raw_copy::raw_copy_gbps;
 pub use report::Run;
 pub use scale::Scale;

@@ -21,8 +21,8 @@ impl Role {
     }
 }
 
-/// Writes every block of `region` with `side`'s pattern, as every measurement does before
-/// it starts: the transports' regions, the shm raw copy's and each raw library baseline's.
+/// Writes every block of `region` with `role`'s pattern, as every measurement does before
+/// it starts: the transports' regions, and each raw baseline's ([`written_regions`]).
 /// A region's pages are mapped lazily, and a copy out of pages never written reads one shared
 /// zero page, which stays in the cache: a baseline that skipped this would copy from the
 /// cache, not from memory, and flatter the library against blockwire.
@@ -36,13 +36,33 @@ impl Role {
 /// assert!(block.iter().all(|&b| b == 3));
 /// # Ok::<(), blockwire::Error>(())
 /// ```
-pub fn write_pattern(region: &Region, side: Role) -> blockwire::Result<()> {
-    let modulus = side.modulus();
+pub fn write_pattern(region: &Region, role: Role) -> blockwire::Result<()> {
+    let modulus = role.modulus();
     for i in 0..region.num_blocks() {
         // Below 251: fits a byte.
         region.fill_block(i, (i % modulus) as u8)?;
     }
     Ok(())
+}
+
+/// A raw baseline's two regions of `blocks` blocks of `block` bytes, made by `make`
+/// ([`Region::new`], or [`Region::new_shared`] where the transports' are) and written as the
+/// transports' are ([`write_pattern`]): the initiator's, then the remote side's.
+///
+/// ```
+/// let (a, b) = blockwire_bench::written_regions(2, 4096, blockwire::Region::new)?;
+/// assert_eq!((a.block(1)?[0], b.block(1)?[0]), (1, 1));
+/// # Ok::<(), blockwire::Error>(())
+/// ```
+pub fn written_regions(
+    blocks: u32,
+    block: usize,
+    make: fn(u32, usize) -> blockwire::Result<Region>,
+) -> blockwire::Result<(Region, Region)> {
+    let (initiator, remote) = (make(blocks, block)?, make(blocks, block)?);
+    write_pattern(&initiator, Role::Initiator)?;
+    write_pattern(&remote, Role::Remote)?;
+    Ok((initiator, remote))
 }
 
 #[cfg(test)]

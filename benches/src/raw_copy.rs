@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use blockwire::{Op, Region};
 
 use crate::ceiling::{CopyWith, together_gbps};
-use crate::{Res, Role, Shape, write_pattern};
+use crate::{Res, Shape, written_regions};
 
 /// The shm backend's raw baseline: the same batches of block copies between two regions of
 /// this shape, with nothing of blockwire in between, at the best the machine does: the best
@@ -30,14 +30,9 @@ use crate::{Res, Role, Shape, write_pattern};
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn raw_copy_gbps(shape: &Shape, make: fn(u32, usize) -> blockwire::Result<Region>) -> Res<f64> {
-    let (mut a, mut b) = (
-        make(shape.blocks, shape.block)?,
-        make(shape.blocks, shape.block)?,
-    );
     // Written first, as the transports' regions are: a region's pages are mapped lazily, and
     // reads of never-written pages all hit one shared zero page (in cache), not memory.
-    write_pattern(&a, Role::Initiator)?;
-    write_pattern(&b, Role::Remote)?;
+    let (mut a, mut b) = written_regions(shape.blocks, shape.block, make)?;
     let (src, dst) = match shape.op {
         Op::Write => (&a, &mut b),
         Op::Read => (&b, &mut a),

@@ -8,7 +8,7 @@ use std::ptr;
 use std::time::Instant;
 
 use blockwire::{Op, Region};
-use blockwire_bench::{Role, Shape, write_pattern};
+use blockwire_bench::{Shape, written_regions};
 use libfabric_sys::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -198,10 +198,8 @@ pub(crate) fn gbps(shape: &Shape, provider: &str, domain: Option<&str>) -> Res<f
         run_for,
         layout,
     } = *shape;
-    let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
-    // Written first, as the transports' regions are (see `write_pattern`).
-    write_pattern(&ra, Role::Initiator)?;
-    write_pattern(&rb, Role::Remote)?;
+    // Written first, as the transports' regions are.
+    let (ra, rb) = written_regions(blocks, block, Region::new)?;
     let (a, b) = (
         Side::open(&ra, provider, domain)?,
         Side::open(&rb, provider, domain)?,

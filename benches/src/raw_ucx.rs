@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use blockwire::{Op, Region};
-use blockwire_bench::{Role, Shape, write_pattern};
+use blockwire_bench::{Shape, written_regions};
 use ucx_sys::*;
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -122,10 +122,8 @@ pub(crate) fn gbps(
         run_for,
         layout,
     } = *shape;
-    let (ra, rb) = (Region::new(blocks, block)?, Region::new(blocks, block)?);
-    // Written first, as the transports' regions are (see `write_pattern`).
-    write_pattern(&ra, Role::Initiator)?;
-    write_pattern(&rb, Role::Remote)?;
+    // Written first, as the transports' regions are.
+    let (ra, rb) = written_regions(blocks, block, Region::new)?;
     let (a, b) = (Side::open(&ra, tls, tuning)?, Side::open(&rb, tls, tuning)?);
     let progress = || {
         // SAFETY: live workers, progressed from this thread only.

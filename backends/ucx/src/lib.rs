@@ -297,6 +297,15 @@ impl OpenBackend for UcxBackend {
     /// // SAFETY: `mem` outlives the backend.
     /// let b = unsafe { blockwire_ucx::UcxBackend::open(span, opts)? };
     /// assert_eq!(b.kind(), "ucx");
+    /// drop(b);
+    /// // A TCP send segment larger than a peer on UCX's defaults receives is refused at open.
+    /// let opts = BackendOptions::new().with("tls", "tcp").with("tcp_seg_bytes", "1048576");
+    /// // SAFETY: as above.
+    /// let refused = unsafe { blockwire_ucx::UcxBackend::open(span, opts) };
+    /// let e = refused.err().expect("refused");
+    /// assert!(matches!(&e, blockwire_core::Error::Open { source, .. }
+    ///     if source.kind() == blockwire_core::BackendErrorKind::InvalidOption));
+    /// assert!(e.report().contains("tcp_seg_bytes=1048576"), "{}", e.report());
     /// # Ok::<(), blockwire_core::Error>(())
     /// ```
     unsafe fn open(span: RegionSpan, options: BackendOptions) -> Result<Self, Error> {

@@ -6,9 +6,10 @@
 //! out of UCX's bounce buffers. With 64 KiB segments, measured on the development machine
 //! (2-core AMD EPYC VM, loopback, 16 scattered blocks per transfer, 4 in flight, two runs each,
 //! alternated): READ moved 2.5 to 3.3 GB/s from 256 KiB blocks against 1.1 to 1.2 with UCX's
-//! default, and WRITE 1.3 to 2.9 against 0.7 to 1.2; 4 KiB blocks moved about the same. 64 KiB is UCX's default receive segment
-//! (`UCX_TCP_RX_SEG_SIZE`), the most a peer with UCX's defaults can receive in one message,
-//! so it is also the largest value this backend accepts.
+//! default, and WRITE 1.3 to 2.9 against 0.7 to 1.2; 4 KiB blocks moved about the same.
+//! 64 KiB is UCX's default receive segment (`UCX_TCP_RX_SEG_SIZE`), the most a peer with
+//! UCX's defaults can receive in one message, so it is also the largest value this backend
+//! accepts.
 
 use blockwire_core::{BackendError, BackendErrorKind};
 
@@ -24,8 +25,8 @@ pub const DEFAULT_TCP_SEG_BYTES: u64 = 64 * 1024;
 const MIN_TCP_SEG_BYTES: u64 = 8 * 1024;
 
 /// The name UCX 1.13 gives the TCP send segment in `ucp_config_modify`: the TCP transport's
-/// own field name, without the `TCP_` of its environment variable (which `ucp_config_modify`
-/// refuses as an unknown key).
+/// own field name, without the `TCP_` of its environment variable (`TCP_TX_SEG_SIZE` is taken
+/// but matches no transport's field: UCX warns at worker creation and leaves 8 KiB).
 const TCP_SEG_KEY: &str = "TX_SEG_SIZE";
 
 /// Whether a context with this `tls` (as `UCX_TLS`; `None`: UCX's default, every transport)

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use blockwire::{Op, Region};
-use blockwire_bench::{Res, Role, Shape, write_pattern};
+use blockwire_bench::{Res, Shape, written_regions};
 use blockwire_nixl::Dram;
 use nixl_sys::{
     Agent, MemType, RegistrationHandle, XferDescList, XferDlistHandle, XferOp, XferRequest,
@@ -49,13 +49,8 @@ fn blocks(region: &Region) -> Res<XferDescList<'static>> {
 
 /// GB/s of NIXL alone for `shape`, with the plugin `plugin` (`UCX` by default).
 pub(crate) fn gbps(shape: &Shape, plugin: &str) -> Res<f64> {
-    let (ra, rb) = (
-        Region::new(shape.blocks, shape.block)?,
-        Region::new(shape.blocks, shape.block)?,
-    );
-    // Written first, as the transports' regions are (see `write_pattern`).
-    write_pattern(&ra, Role::Initiator)?;
-    write_pattern(&rb, Role::Remote)?;
+    // Written first, as the transports' regions are.
+    let (ra, rb) = written_regions(shape.blocks, shape.block, Region::new)?;
     let pid = std::process::id();
     let a = Side::open(&format!("raw-a-{pid}"), plugin, &ra)?;
     let b = Side::open(&format!("raw-b-{pid}"), plugin, &rb)?;
