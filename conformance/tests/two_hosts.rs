@@ -346,16 +346,15 @@ fn trial(name: &str, check: fn() -> Result<(), String>) -> Trial {
 }
 
 fn main() {
-    #[allow(unused_mut)]
-    let mut trials: Vec<Trial> = Vec::new();
-    #[cfg(feature = "ucx")]
-    trials.push(trial("ucx_tcp", ucx_tcp));
-    #[cfg(feature = "libfabric")]
-    trials.extend([
+    let trials: Vec<Trial> = vec![
+        #[cfg(feature = "ucx")]
+        trial("ucx_tcp", ucx_tcp),
+        #[cfg(feature = "libfabric")]
         trial("libfabric_tcp", libfabric_tcp),
+        #[cfg(feature = "libfabric")]
         trial("libfabric_net", libfabric_net),
-    ]);
-    #[cfg(feature = "nixl")]
-    trials.push(trial("nixl_tcp", nixl_tcp));
+        #[cfg(feature = "nixl")]
+        trial("nixl_tcp", nixl_tcp),
+    ];
     blockwire_conformance::run(libtest_mimic::Arguments::from_args(), trials)
 }
