@@ -1,15 +1,17 @@
 //! [`BlockTransport`]: the one implementation of the contract, over any [`Backend`].
 
+mod closing;
 mod inflight;
 mod peers;
 mod posting;
 mod validate;
 mod wait;
+mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use blockwire_core::kit::{Doorbell, Inbox, InboxStats};
 use blockwire_core::{
@@ -19,12 +21,12 @@ use blockwire_core::{
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::{Mutex, RwLock};
 
-use crate::registration::Resolver;
 use crate::telemetry::{Telemetry, TelemetrySnapshot};
 use crate::{Region, Registration, Transport, TransportOptions};
-use inflight::{Inflight, Released, Tracked};
-use peers::{PeerConn, PeerTable, Publish};
+use inflight::{Inflight, Tracked};
+use peers::{PeerConn, PeerTable};
 use posting::{Handle, Work};
+use worker::Job;
 
 /// The transport over backend `B`: validation, generations, per-peer polling, cancel modes and
 /// close, written once. A backend only connects, posts, observes and releases.
@@ -79,14 +81,6 @@ struct Shared<B: Backend> {
     /// Declared after `backend`: fields drop in order, so the backend (and its threads) are
     /// gone before the memory is freed.
     region: Region,
-}
-
-/// One registration for the worker.
-struct Job {
-    peer: PeerId,
-    generation: u64,
-    desc: PeerDescriptor,
-    resolver: Resolver,
 }
 
 impl<B: OpenBackend> BlockTransport<B> {
@@ -178,7 +172,7 @@ impl<B: Backend> BlockTransport<B> {
         let worker_rx = rx.clone();
         let worker = blockwire_core::kit::spawn(
             format!("blockwire-{}-reg", shared.backend.kind()),
-            move || registration_worker(worker_shared, worker_rx),
+            move || worker::run(worker_shared, worker_rx),
         )
         .map_err(|e| Error::Os {
             what: "spawning the registration worker",
@@ -390,59 +384,6 @@ impl<B: Backend> BlockTransport<B> {
 }
 
 impl<B: Backend> BlockTransport<B> {
-    /// Hands transfers that outlived close to a thread that releases each once it stops. It
-    /// holds the shared state, so the backend and the region are freed only after the last
-    /// one; if the thread cannot be started, everything is leaked instead of freed.
-    fn reap_later(&self, running: Vec<Tracked<B>>) {
-        let shared = self.shared.clone();
-        let slot = std::sync::Arc::new(Mutex::new(Some(running)));
-        let for_thread = slot.clone();
-        let spawned = blockwire_core::kit::spawn("blockwire-reaper".into(), move || {
-            let mut pending = for_thread.lock().take().unwrap_or_default();
-            let mut released = Vec::new();
-            while !pending.is_empty() {
-                std::thread::sleep(Duration::from_millis(5));
-                pending = inflight::release_stopped(&shared.backend, pending, &mut released);
-            }
-            drop(released);
-            shared.revoke();
-            tracing::info!(
-                backend = shared.backend.kind(),
-                "forced close: every transfer stopped and was released; remote access \
-                     revoked"
-            );
-            drop(shared);
-        });
-        if spawned.is_err() {
-            self.shared.region.leak();
-            std::mem::forget(slot.lock().take());
-        }
-    }
-}
-
-impl<B: Backend> BlockTransport<B> {
-    /// Close: stops the posting thread, waiting for it until `deadline` (it finishes the post
-    /// it runs, if any, then exits; past the deadline it is left to exit on its own, holding
-    /// the shared state until then).
-    fn stop_posting(&self, deadline: Instant) {
-        let Some(posts) = &self.posts else {
-            return;
-        };
-        // Sent after every queued transfer was dropped: the thread skips them, then stops.
-        let _ = posts.send(posting::Msg::Stop);
-        let Some(poster) = self.poster.lock().take() else {
-            return;
-        };
-        if !join_until(poster, deadline) {
-            tracing::warn!(
-                backend = self.shared.backend.kind(),
-                "close: the posting thread is still inside a post; leaving it to finish on its own"
-            );
-        }
-    }
-}
-
-impl<B: Backend> BlockTransport<B> {
     /// `poll`'s drain, and whether a transfer it found ended could not be released yet (the
     /// backend said busy: it will be reported once released, with no ring to announce it).
     fn drain(&self, peer: Option<&PeerId>) -> Result<(PollResult, bool)> {
@@ -521,94 +462,6 @@ impl<B: Backend> Shared<B> {
         conn.retire();
         self.inflight.abort_peer(&self.backend, &conn);
     }
-
-    /// The worker's half of a registration: connect (unless already stale), then publish
-    /// only if the generation is still the one claimed.
-    fn register(&self, job: Job) {
-        let Job {
-            peer,
-            generation,
-            desc,
-            resolver,
-        } = job;
-        let current =
-            !self.closed.load(Ordering::SeqCst) && self.peers.lock().is_current(&peer, generation);
-        // The slow part runs under no lock.
-        let connected = current.then(|| {
-            // A backend that panics on a peer's input fails this registration, not the worker.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.backend.connect(&desc)))
-                .unwrap_or_else(|_| {
-                    Err(blockwire_core::BackendError::other(
-                        "the backend panicked while connecting",
-                    ))
-                })
-                .map(|p| {
-                    Arc::new(PeerConn::new(
-                        peer.clone(),
-                        desc.num_blocks,
-                        self.max_failures,
-                        p,
-                        self.backend.clone(),
-                    ))
-                })
-        });
-        let conn = connected.as_ref().and_then(|c| c.as_ref().ok()).cloned();
-        let publish = {
-            let mut table = self.peers.lock();
-            // Checked under the table lock: close sets `closed` before it drains the table.
-            if self.closed.load(Ordering::SeqCst) {
-                table.finish(&peer, generation, None);
-                None
-            } else {
-                Some(table.finish(&peer, generation, conn.clone()))
-            }
-        };
-        let result = match (publish, connected) {
-            (None, _) => Err(Error::Closed),
-            (Some(Publish::Published(replaced)), _) => {
-                tracing::info!(%peer, generation, "peer published");
-                if let Some(old) = replaced {
-                    self.retire(old);
-                }
-                Ok(())
-            }
-            (Some(Publish::ConnectFailed), Some(Err(source))) => {
-                tracing::warn!(%peer, error = %source, "connecting to peer failed");
-                Err(Error::Connect {
-                    peer: peer.clone(),
-                    source,
-                })
-            }
-            (Some(_), connected) => {
-                if matches!(connected, Some(Ok(_))) {
-                    tracing::info!(%peer, generation, "superseded registration discarded");
-                }
-                Err(Error::Superseded { peer: peer.clone() })
-            }
-        };
-        // A discarded connection disconnects here, outside every lock.
-        drop(conn);
-        resolver.resolve(result);
-    }
-}
-
-/// Joins `thread` if it finishes by `deadline`; `false` (and the thread left to finish on its
-/// own) if it does not.
-fn join_until(thread: JoinHandle<()>, deadline: Instant) -> bool {
-    while !thread.is_finished() && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let finished = thread.is_finished();
-    if finished {
-        let _ = thread.join();
-    }
-    finished
-}
-
-fn registration_worker<B: Backend>(shared: Arc<Shared<B>>, jobs: Receiver<Job>) {
-    for job in jobs {
-        shared.register(job);
-    }
 }
 
 impl<B: Backend> Transport for BlockTransport<B> {
@@ -647,39 +500,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
     }
 
     fn add_remote_peer_async(&self, peer: &PeerId, desc: &PeerDescriptor) -> Registration {
-        let s = &*self.shared;
-        let _gate = match s.open() {
-            Ok(g) => g,
-            Err(e) => return Registration::ready(Err(e)),
-        };
-        if let Err(e) = validate::check_descriptor(
-            peer,
-            desc,
-            s.backend.kind(),
-            s.region.block_len(),
-            &s.fingerprint,
-        ) {
-            tracing::debug!(%peer, error = %e, "peer descriptor rejected");
-            return Registration::ready(Err(e));
-        }
-        let jobs = self.jobs.lock();
-        let Some(jobs) = jobs.as_ref() else {
-            return Registration::ready(Err(Error::Closed));
-        };
-        let generation = s.peers.lock().claim(peer);
-        let (handle, resolver) = Registration::pending();
-        let job = Job {
-            peer: peer.clone(),
-            generation,
-            desc: desc.clone(),
-            resolver,
-        };
-        if let Err(unsent) = jobs.send(job) {
-            // The worker is gone; undo the claim. Dropping the resolver resolves `Closed`.
-            s.peers.lock().finish(peer, generation, None);
-            drop(unsent);
-        }
-        handle
+        self.queue_registration(peer, desc)
     }
 
     fn remove_remote_peer(&self, peer: &PeerId) -> Result<()> {
@@ -799,63 +620,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
     }
 
     fn close(&self) -> Result<()> {
-        let s = &*self.shared;
-        {
-            let _exclusive = s.gate.write();
-            if s.closed.swap(true, Ordering::SeqCst) {
-                return Ok(());
-            }
-        }
-        let deadline = Instant::now() + s.close_timeout;
-        // 1. No more registrations: the worker finishes the one it runs (it will not publish),
-        //    resolves the queued ones as `Closed`, and exits.
-        drop(self.jobs.lock().take());
-        while let Ok(job) = self.queued.try_recv() {
-            s.peers.lock().finish(&job.peer, job.generation, None);
-            job.resolver.resolve(Err(Error::Closed));
-        }
-        if let Some(worker) = self.worker.lock().take() {
-            if !join_until(worker, deadline) {
-                tracing::warn!(
-                    backend = s.backend.kind(),
-                    "close: a peer registration is still connecting; leaving it to finish on its own"
-                );
-            }
-        }
-        // 2. Unpublish every peer; their transfers report nothing more.
-        let conns = s.peers.lock().drain();
-        for conn in &conns {
-            conn.retire();
-        }
-        // 3. Stop and release every transfer, bounded.
-        //    A transfer still queued is dropped unposted and released at once; one the posting
-        //    thread is posting is aborted once its post returns.
-        let (released, running): (Vec<Released<B>>, _) =
-            s.inflight.drain_for_close(&s.backend, deadline);
-        drop(released);
-        self.stop_posting(deadline);
-        // 4. Disconnect the peers, then revoke remote access to the region (both outside
-        //    every lock), or leave both to the reaper.
-        drop(conns);
-        // 5. Undrained notifications are discarded; later ones are refused.
-        s.inbox.close();
-        if running.is_empty() {
-            s.revoke();
-        } else {
-            tracing::warn!(
-                backend = s.backend.kind(),
-                running = running.len(),
-                timeout_ms = s.close_timeout.as_millis() as u64,
-                "close forced: transfers still running at the deadline; a reaper thread keeps \
-                 them, their peers, the backend and the region until they stop, then revokes \
-                 remote access: until then peers may still reach the region"
-            );
-            self.reap_later(running);
-        }
-        // A `poll_wait` in another thread returns `Closed`.
-        s.doorbell.ring();
-        tracing::debug!(backend = s.backend.kind(), "transport closed");
-        Ok(())
+        self.close_now()
     }
 
     fn is_closed(&self) -> bool {
