@@ -120,24 +120,23 @@ mod address;
 mod endpoint;
 mod errors;
 mod notify;
+mod peer;
+mod post;
 mod tuning;
 mod worker;
 
-use std::ffi::c_void;
-use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI8, Ordering};
 
-use blockwire_core::kit::{self, CuttableLink, Doorbell, LinkHold, Live, LiveCounts, TransferCell};
+use blockwire_core::kit::{Doorbell, Live, LiveCounts, TransferCell};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
     Capabilities, Error, Op, OpenBackend, PeerDescriptor, RegionSpan, RegisteredRegion, XferState,
 };
 use parking_lot::Mutex;
-use ucx_sys::*;
 
 use address::UcxAddress;
-use endpoint::{ForceClose, close_peer, fail_posted, force_close};
+use endpoint::close_peer;
+pub use peer::UcxPeer;
 pub use tuning::{DEFAULT_TCP_SEG_BYTES, tcp_tuning};
 pub use worker::ProgressMode;
 use worker::{Memory, Settings, Ucx};
@@ -162,46 +161,6 @@ pub struct UcxBackend {
     doorbell: Mutex<Doorbell>,
 }
 
-/// A connected peer: an endpoint and the unpacked remote key of its region.
-pub struct UcxPeer {
-    ucx: Arc<Ucx>,
-    ep: ucp_ep_h,
-    rkey: ucp_rkey_h,
-    base: u64,
-    num_blocks: u32,
-    /// Set by the endpoint's error callback; owned through a raw `Arc` while the endpoint
-    /// exists.
-    health: *const PeerHealth,
-    /// Posts hold it shared for their whole duration, so `fail_peer` never closes the
-    /// endpoint under one; it also fails the transfers posted through it (UCX 1.13's forced
-    /// close does not complete flushes already posted on the endpoint).
-    link: CuttableLink<ForcedClose, TransferCell>,
-    _live: Live,
-}
-
-/// What `fail_peer`'s cut did to the endpoint: once cut, `close_peer` leaves the key and
-/// endpoint alone (destroyed, or closing by force).
-#[derive(Clone, Copy, Default)]
-struct ForcedClose {
-    /// The forced close finished, so the error-callback state may be freed.
-    closed: bool,
-}
-
-// SAFETY: the endpoint and remote key belong to a UCS_THREAD_MODE_MULTI worker, which
-// serializes every call on them; `health` points to an `Arc` allocation this peer owns.
-unsafe impl Send for UcxPeer {}
-// SAFETY: as for `Send`; shared references only post operations (serialized by UCX) and read
-// atomics.
-unsafe impl Sync for UcxPeer {}
-
-struct PeerHealth {
-    /// `UCS_OK` while healthy, else the status the error callback reported.
-    status: AtomicI8,
-    /// Rung when the endpoint fails: a notification awaiting its acknowledgement then fails
-    /// at its next check.
-    doorbell: Doorbell,
-}
-
 /// A posted transfer (or notification).
 pub struct UcxXfer {
     shared: Arc<TransferCell>,
@@ -217,65 +176,6 @@ impl Drop for UcxXfer {
             ack.forget(self.ucx.notifier());
         }
     }
-}
-
-impl UcxPeer {
-    /// Holds the link for a post (refused once cut) and checks that the endpoint is healthy.
-    fn hold(&self) -> Result<LinkHold<'_, ForcedClose, TransferCell>, BackendError> {
-        let link = self.link.hold().map_err(|why| {
-            BackendError::new(
-                BackendErrorKind::RemoteDisconnect,
-                format!("the connection to this peer was cut: {why}"),
-            )
-        })?;
-        // SAFETY: `health` lives as long as the peer.
-        let health = unsafe { &*self.health }.status.load(Ordering::Acquire);
-        if health != UCS_OK {
-            return Err(errors::error("peer endpoint failed", health));
-        }
-        Ok(link)
-    }
-
-    /// A reference of its own to the endpoint's health.
-    fn health_arc(&self) -> Arc<PeerHealth> {
-        // SAFETY: `health` came from `Arc::into_raw` and the peer holds that reference until
-        // it is dropped, so the count is at least one here; the new reference is the
-        // caller's.
-        unsafe {
-            Arc::increment_strong_count(self.health);
-            Arc::from_raw(self.health)
-        }
-    }
-}
-
-/// Ends a transfer with the status of its flush (an error a put or get returned when posted
-/// was noted on the cell first, and wins).
-fn complete(cell: &TransferCell, status: ucs_status_t) {
-    if status != UCS_OK {
-        cell.note_failure(errors::reason("transfer", status));
-    }
-    cell.finish();
-}
-
-unsafe extern "C" fn flush_done(
-    request: *mut c_void,
-    status: ucs_status_t,
-    user_data: *mut c_void,
-) {
-    // SAFETY: `user_data` is the `Arc<TransferCell>` leaked for this flush in `post`; the
-    // callback runs once, so it is reclaimed once.
-    let shared = unsafe { Arc::from_raw(user_data as *const TransferCell) };
-    complete(&shared, status);
-    // SAFETY: `request` is this flush's request; UCX allows releasing it in its callback.
-    unsafe { ucp_request_free(request) };
-}
-
-unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: ucs_status_t) {
-    // SAFETY: `arg` is the `PeerHealth` the peer keeps alive until its endpoint is closed.
-    let health = unsafe { &*(arg as *const PeerHealth) };
-    health.status.store(status, Ordering::Release);
-    health.doorbell.ring();
-    tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
 }
 
 impl OpenBackend for UcxBackend {
@@ -479,66 +379,7 @@ impl Backend for UcxBackend {
     }
 
     fn connect(&self, desc: &PeerDescriptor) -> Result<UcxPeer, BackendError> {
-        let addr = UcxAddress::from_bytes(&desc.address)?;
-        addr.region.check(desc)?;
-        let worker = self.ucx.worker().ok_or_else(revoked)?;
-        let health = Arc::into_raw(Arc::new(PeerHealth {
-            status: AtomicI8::new(UCS_OK),
-            doorbell: self.doorbell(),
-        }));
-        let params = ucp_ep_params_t {
-            field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
-                | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
-                | UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
-            address: addr.worker.as_ptr().cast(),
-            err_mode: if self.peer_errors {
-                UCP_ERR_HANDLING_MODE_PEER
-            } else {
-                UCP_ERR_HANDLING_MODE_NONE
-            },
-            err_handler: ucp_err_handler_t {
-                cb: Some(endpoint_failed),
-                arg: health as *mut c_void,
-            },
-            ..Default::default()
-        };
-        let mut ep: ucp_ep_h = ptr::null_mut();
-        // SAFETY: a live worker; `params` points to the worker address bytes, which UCX copies
-        // during the call; `health` stays alive until the endpoint is closed.
-        let status = unsafe { ucp_ep_create(worker.raw(), &params, &mut ep) };
-        if status != UCS_OK {
-            // SAFETY: no endpoint holds `health`; reclaim the Arc leaked above.
-            drop(unsafe { Arc::from_raw(health) });
-            let e = errors::error("ucp_ep_create", status);
-            return Err(BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                e.message(),
-            ));
-        }
-        let mut rkey: ucp_rkey_h = ptr::null_mut();
-        // SAFETY: a live endpoint and the packed key bytes from the descriptor.
-        let status = unsafe { ucp_ep_rkey_unpack(ep, addr.rkey.as_ptr().cast(), &mut rkey) };
-        let mut peer = UcxPeer {
-            ucx: self.ucx.clone(),
-            ep,
-            rkey,
-            base: desc.base_addr,
-            num_blocks: desc.num_blocks,
-            health,
-            link: CuttableLink::new(ForcedClose::default()),
-            _live: self.counts.peer(),
-        };
-        drop(worker);
-        if status != UCS_OK {
-            peer.rkey = ptr::null_mut();
-            close_peer(peer);
-            let e = errors::error("ucp_ep_rkey_unpack", status);
-            return Err(BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                e.message(),
-            ));
-        }
-        Ok(peer)
+        self.connect_peer(desc)
     }
 
     fn disconnect(&self, peer: UcxPeer) {
@@ -552,91 +393,7 @@ impl Backend for UcxBackend {
         local: &[BlockIndex],
         remote: &[BlockIndex],
     ) -> Result<UcxXfer, BackendError> {
-        let link = peer.hold()?;
-        // Held through the flush: the endpoint and key are the worker's.
-        let worker = self.ucx.worker().ok_or_else(revoked)?;
-        // Every index is checked before the first operation is posted. Blocks adjacent on
-        // both sides are one operation (bounded: UCX sets no practical limit of its own).
-        let runs = kit::checked_runs(
-            &self.span,
-            local,
-            remote,
-            peer.num_blocks,
-            kit::DEFAULT_MAX_RUN_BYTES,
-        )?;
-        let shared = Arc::new(TransferCell::running().with_doorbell(self.doorbell()));
-        let plain = ucp_request_param_t::default();
-        for (i, run) in runs.enumerate() {
-            // SAFETY: `run.local` is inside the region (checked by `checked_runs`).
-            let local_ptr = unsafe { self.span.base().as_ptr().add(run.local) };
-            let remote_addr = peer.base + run.remote;
-            // SAFETY: the local run is valid for `run.len` bytes until the backend is
-            // dropped, which happens only after this transfer is released (every block of it
-            // checked inside the region); the remote range lies inside the peer's registered
-            // region (every index checked, size checked when the descriptor was validated);
-            // the endpoint and key are live.
-            let request = unsafe {
-                match op {
-                    Op::Write => ucp_put_nbx(
-                        peer.ep,
-                        local_ptr.cast(),
-                        run.len,
-                        remote_addr,
-                        peer.rkey,
-                        &plain,
-                    ),
-                    Op::Read => ucp_get_nbx(
-                        peer.ep,
-                        local_ptr.cast(),
-                        run.len,
-                        remote_addr,
-                        peer.rkey,
-                        &plain,
-                    ),
-                }
-            };
-            if UCS_PTR_IS_ERR(request) {
-                let status = UCS_PTR_STATUS(request);
-                if i == 0 {
-                    return Err(errors::error(&format!("posting {op}"), status));
-                }
-                // Earlier blocks are in flight: flush them, then report the failure.
-                shared.note_failure(errors::reason("transfer", status));
-                break;
-            }
-            if UCS_PTR_IS_PTR(request) {
-                // The flush below covers its completion; no callback is needed.
-                // SAFETY: a request handle returned by the call above, released once.
-                unsafe { ucp_request_free(request) };
-            }
-        }
-        let user_data = Arc::into_raw(shared.clone());
-        let params = ucp_request_param_t {
-            op_attr_mask: UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA,
-            cb: ucp_request_param_t__bindgen_ty_1 {
-                send: Some(flush_done),
-            },
-            user_data: user_data as *mut c_void,
-            ..Default::default()
-        };
-        // SAFETY: a live endpoint; the callback reclaims `user_data` exactly once.
-        let request = unsafe { ucp_ep_flush_nbx(peer.ep, &params) };
-        if !UCS_PTR_IS_PTR(request) {
-            // Completed (or failed) at once: the callback will not run.
-            // SAFETY: reclaims the Arc leaked for the callback that will not run.
-            drop(unsafe { Arc::from_raw(user_data) });
-            complete(&shared, UCS_PTR_STATUS(request));
-        }
-        link.track(&shared);
-        drop(worker);
-        drop(link);
-        self.ucx.kick();
-        Ok(UcxXfer {
-            shared,
-            ucx: self.ucx.clone(),
-            ack: None,
-            _live: self.counts.transfer(),
-        })
+        self.post_runs(peer, op, local, remote)
     }
 
     fn notify(&self, peer: &UcxPeer, frame: &[u8]) -> Result<UcxXfer, BackendError> {
@@ -664,54 +421,7 @@ impl Backend for UcxBackend {
     }
 
     fn fail_peer(&self, peer: &UcxPeer) -> bool {
-        // Waits for the posts holding the link; later ones are refused once it is marked.
-        let mut link = peer.link.write();
-        if !peer
-            .link
-            .mark_cut("no transfer completed for the stall timeout")
-        {
-            return true;
-        }
-        // SAFETY: `health` lives as long as the peer. Later posts are refused from here on.
-        let health = unsafe { &*peer.health };
-        let _ = health.status.compare_exchange(
-            UCS_OK,
-            UCS_ERR_ENDPOINT_TIMEOUT,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
-        // SAFETY: no post runs (the write lock); the key and endpoint are live (or died with
-        // a revoked worker, which `force_close` checks) and released here once (`close_peer`
-        // skips a cut link). A forced close completes every operation outstanding on the
-        // endpoint with an error, so each transfer's flush callback runs.
-        let closed = unsafe { force_close(peer) };
-        link.closed = closed == ForceClose::Closed;
-        drop(link);
-        match closed {
-            ForceClose::Closed => {
-                // The endpoint is gone, and with it every operation posted on it: UCX touches
-                // none of their buffers again, but it does not complete their flushes either
-                // (their callbacks' `Arc`s are leaked), so they end here.
-                fail_posted(peer);
-            }
-            ForceClose::Refused(status) => {
-                // UCX 1.13 force-closes only endpoints with peer error handling: this one
-                // stays, with its operations (for a peer that died, or whose worker was
-                // destroyed, they never complete). Their transfers end here so that they
-                // surface; the worker, which still holds them, is never destroyed (UCX 1.13
-                // crashes destroying a worker with such operations), only never progressed
-                // again once revoked.
-                tracing::warn!(
-                    error = %status_string(status),
-                    "ucx: the stalled peer's endpoint cannot be closed (no peer error \
-                     handling); its transfers are failed and its operations abandoned"
-                );
-                self.ucx.abandon();
-                fail_posted(peer);
-            }
-            ForceClose::TimedOut => {}
-        }
-        true
+        self.cut_peer(peer)
     }
 
     fn revoke(&self) {

@@ -26,7 +26,8 @@ use parking_lot::{Mutex, RwLock};
 use ucx_sys::*;
 
 use crate::errors::{self, check};
-use crate::{PeerHealth, UcxBackend, UcxPeer, UcxXfer};
+use crate::peer::PeerHealth;
+use crate::{UcxBackend, UcxPeer, UcxXfer};
 
 mod handlers;
 use handlers::{AmHandler, on_ack, on_notification};
