@@ -76,7 +76,7 @@ pub fn backends() -> &'static [&'static str] {
     NAMES
 }
 
-/// Opens a transport over `region` with the backend named `backend` (see [`backends`]).
+/// Opens a transport over `region` with the backend named `backend` (see [`backends()`]).
 ///
 /// ```
 /// use blockwire::{open, Error, Region, TransportOptions};

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 use blockwire_core::{Backend, Error, Result};
 use parking_lot::Mutex;
 
-use super::inflight::{self, Released, Tracked};
+use super::inflight;
+use super::tracked::{Released, Tracked};
 use super::{BlockTransport, posting};
 
 impl<B: Backend> BlockTransport<B> {

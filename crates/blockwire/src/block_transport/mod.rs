@@ -4,6 +4,7 @@ mod closing;
 mod inflight;
 mod peers;
 mod posting;
+mod tracked;
 mod validate;
 mod wait;
 mod worker;
@@ -23,9 +24,10 @@ use parking_lot::{Mutex, RwLock};
 
 use crate::telemetry::{Telemetry, TelemetrySnapshot};
 use crate::{Region, Registration, Transport, TransportOptions};
-use inflight::{Inflight, Tracked};
+use inflight::Inflight;
 use peers::{PeerConn, PeerTable};
 use posting::{Handle, Work};
+use tracked::Tracked;
 use worker::Job;
 
 /// The transport over backend `B`: validation, generations, per-peer polling, cancel modes and
