@@ -39,6 +39,8 @@ struct Plan {
     defer_posts: AtomicBool,
     posts_held: Mutex<bool>,
     posts_cv: Condvar,
+    /// See [`FaultPlan::end_inside_post`].
+    end_inside_post: Mutex<Option<Duration>>,
     fail_state: AtomicBool,
     refuse_notifications: AtomicBool,
     lose_notifications: AtomicBool,
@@ -142,6 +144,24 @@ impl FaultPlan {
     /// ```
     pub fn hold_posts(&self) {
         *self.0.posts_held.lock() = true;
+    }
+
+    /// From now on (`Some(delay)`), `post` returns only once the transfer it posted has
+    /// ended, `delay` after that: a library whose post moves the data before it returns. The
+    /// end, and the inner backend's ring of the transport's doorbell, then come while the
+    /// transport still counts the transfer as being posted. While on, the wrapper reports
+    /// [`Capabilities::doorbell`] as the inner backend does (this fault ends nothing behind
+    /// the inner backend's back), so a `poll_wait` sleeps until a ring. `None` turns it off.
+    /// Only for a transport that posts through its posting thread
+    /// ([`FaultPlan::defer_posts`]).
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.end_inside_post(Some(std::time::Duration::from_millis(50)));
+    /// plan.end_inside_post(None);
+    /// ```
+    pub fn end_inside_post(&self, delay: Option<Duration>) {
+        *self.0.end_inside_post.lock() = delay;
     }
 
     /// Lets held and later posts through.
@@ -387,8 +407,9 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         // Its faults (a held transfer released, a failing state check, a disconnect, a lost
         // notification) change what `state` says without the inner backend ringing: a
         // `poll_wait` over it drains again after naps instead (and the suite's `+faults`
-        // settings run that path).
-        c.doorbell = false;
+        // settings run that path). Ending transfers inside their post changes nothing behind
+        // the inner backend's back: its rings stand.
+        c.doorbell &= self.plan.0.end_inside_post.lock().is_some();
         c
     }
 
@@ -437,7 +458,18 @@ impl<B: Backend> Backend for FaultyBackend<B> {
             ));
         }
         let inner = self.inner.post(&peer.inner, op, local, remote)?;
-        Ok(self.wrap(Some(inner)))
+        let mut xfer = self.wrap(Some(inner));
+        let end_inside = *self.plan.0.end_inside_post.lock();
+        if let (Some(delay), Some(inner)) = (end_inside, xfer.inner.as_mut()) {
+            // Bounded: a transfer that never ends is the case's to report.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(self.inner.state(inner), XferState::Running) && Instant::now() < deadline
+            {
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            std::thread::sleep(delay);
+        }
+        Ok(xfer)
     }
 
     fn notify(&self, peer: &Self::Peer, frame: &[u8]) -> Result<Self::Xfer, BackendError> {

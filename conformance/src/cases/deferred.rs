@@ -302,3 +302,35 @@ pub(crate) fn queued_ids_reported_once<F: Fixture>(fx: &F) {
     }
     assert_eq!(plan.live_transfers(), 0);
 }
+
+/// A transfer the backend ends inside its post (as a library whose post moves the data
+/// does) ends, and rings, before the transport counts it as posted: a `poll_wait` that
+/// drained in between and went back to sleep is still woken once it counts as posted, and
+/// reports it, each time, long before its timeout. (Over a backend that does not ring, the
+/// waiter's naps find it.)
+///
+/// Rules: R-POLL-WAIT, R-POST-DEFERRED.
+pub(crate) fn ended_inside_its_post_wakes_the_waiter<F: Fixture>(fx: &F) {
+    // No stall timeout: a waiter over a ringing backend then drains again only when rung.
+    let p = pair(fx, &spec().with_stall_timeout(None));
+    let (a, peer, plan) = (&p.a, p.peer.clone(), p.plan());
+    fill_all(a, 5);
+    plan.end_inside_post(Some(Duration::from_millis(50)));
+    for i in 0..4 {
+        let id = a.write_blocks(&peer, &[i], &[i]).expect("write");
+        let started = Instant::now();
+        let r = a.poll_wait(Some(&peer), TIMEOUT * 2).expect("poll_wait");
+        let slept = started.elapsed();
+        assert!(
+            slept < TIMEOUT,
+            "poll_wait slept {slept:?} past a transfer that ended inside its post (a lost ring)"
+        );
+        assert_eq!(r.done, vec![id], "transfer {i}: {r:?}");
+        assert_eq!(
+            p.b.region().block(i).expect("block"),
+            pattern(5, i, a.block_len())
+        );
+    }
+    plan.end_inside_post(None);
+    assert_eq!(a.in_flight(None), 0);
+}

@@ -140,6 +140,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(deferred::remove_fails_queued_unposted, FAULTS),
         case!(deferred::close_never_posts_queued, FAULTS),
         case!(deferred::queued_ids_reported_once, FAULTS),
+        case!(deferred::ended_inside_its_post_wakes_the_waiter, FAULTS),
         case!(peer_fault::reported_until_removed, FAULTS),
         case!(peer_fault::consecutive_failures, FAULTS),
         case!(close::idempotent, PLAIN),
