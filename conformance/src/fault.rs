@@ -156,9 +156,19 @@ impl FaultPlan {
     /// ([`FaultPlan::defer_posts`]).
     ///
     /// ```
-    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// use blockwire::Transport;
+    /// use blockwire_conformance::{Faulty, Fixture, Setting, Spec};
+    /// use blockwire_shm::ShmBackend;
+    /// let o = Faulty(Setting::<ShmBackend>::default()).open(&Spec::new(2, 4096))?;
+    /// let plan = o.faults.expect("a faulty fixture");
+    /// // The wrapper's other faults change states unrung: waiters nap.
+    /// assert!(!o.transport.capabilities().doorbell);
     /// plan.end_inside_post(Some(std::time::Duration::from_millis(50)));
+    /// // shm rings; with only this fault on, its rings stand.
+    /// assert!(o.transport.capabilities().doorbell);
     /// plan.end_inside_post(None);
+    /// assert!(!o.transport.capabilities().doorbell);
+    /// # Ok::<(), blockwire::Error>(())
     /// ```
     pub fn end_inside_post(&self, delay: Option<Duration>) {
         *self.0.end_inside_post.lock() = delay;

@@ -314,6 +314,9 @@ pub(crate) fn ended_inside_its_post_wakes_the_waiter<F: Fixture>(fx: &F) {
     // No stall timeout: a waiter over a ringing backend then drains again only when rung.
     let p = pair(fx, &spec().with_stall_timeout(None));
     let (a, peer, plan) = (&p.a, p.peer.clone(), p.plan());
+    // Otherwise the post would run in this thread, before the wait, and the case would
+    // check nothing.
+    assert!(a.capabilities().posts_in_caller);
     fill_all(a, 5);
     plan.end_inside_post(Some(Duration::from_millis(50)));
     for i in 0..4 {
