@@ -148,7 +148,7 @@ echo '{"memcpy_gbps":0,"region_mib":1,"points":'"$points"',"registration":[],"sk
             "--measures=throughput,registration",
         ]);
         args.emit_json = Some(dir.join("run.json"));
-        crate::run(&Far { log: log.clone() }, &mut args).expect("run");
+        crate::drive::run(&Far { log: log.clone() }, &mut args).expect("run");
         let calls = std::fs::read_to_string(&log).expect("log");
         let calls: Vec<&str> = calls.lines().collect();
         assert_eq!(calls.len(), 4, "{calls:#?}");
