@@ -22,7 +22,7 @@ use crate::process::{self, Piece};
 /// of the same user, nor at a region that was closed. It also names the region's lease.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub(crate) struct Identity {
+struct Identity {
     magic: u64,
     token: u64,
     base: u64,
