@@ -101,6 +101,17 @@ impl<B: Backend> FaultyBackend<B> {
         self.plan.0.disconnected.load(Ordering::SeqCst)
     }
 
+    /// What `post` and `notify` say while every peer counts as disconnected.
+    fn refuse_if_disconnected(&self) -> Result<(), BackendError> {
+        if self.disconnected() {
+            return Err(BackendError::new(
+                BackendErrorKind::RemoteDisconnect,
+                format!("{INJECTED}: peer disconnected"),
+            ));
+        }
+        Ok(())
+    }
+
     /// Blocks while posts are held.
     fn wait_posts_released(&self) {
         let mut held = self.plan.0.posts_held.lock();
@@ -168,12 +179,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
                 format!("{INJECTED}: post #{n} fails"),
             ));
         }
-        if self.disconnected() {
-            return Err(BackendError::new(
-                BackendErrorKind::RemoteDisconnect,
-                format!("{INJECTED}: peer disconnected"),
-            ));
-        }
+        self.refuse_if_disconnected()?;
         let inner = self.inner.post(&peer.inner, op, local, remote)?;
         let mut xfer = self.wrap(Some(inner));
         let end_inside = *self.plan.0.end_inside_post.lock();
@@ -197,12 +203,7 @@ impl<B: Backend> Backend for FaultyBackend<B> {
                 format!("{INJECTED}: notification refused"),
             ));
         }
-        if self.disconnected() {
-            return Err(BackendError::new(
-                BackendErrorKind::RemoteDisconnect,
-                format!("{INJECTED}: peer disconnected"),
-            ));
-        }
+        self.refuse_if_disconnected()?;
         if self.plan.0.lose_notifications.load(Ordering::SeqCst) {
             let mut lost = self.wrap(None);
             lost.lost = true;
