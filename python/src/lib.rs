@@ -15,6 +15,8 @@ mod future;
 mod indices;
 mod logging;
 mod options;
+mod peer_args;
+mod results;
 mod transport;
 
 use pyo3::prelude::*;

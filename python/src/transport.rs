@@ -3,20 +3,19 @@
 use std::mem::ManuallyDrop;
 use std::time::{Duration, Instant};
 
-use blockwire::{
-    AnyTransport, CancelMode, PeerDescriptor, PeerId, PollResult, Region, TransferId, Transport,
-};
+use blockwire::{AnyTransport, CancelMode, PeerId, Region, TransferId, Transport};
 use parking_lot::Mutex;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
-use pyo3::types::{PyBytes, PyDict, PyType};
+use pyo3::types::{PyBytes, PyDict};
 
 use crate::buffer;
-use crate::errors::{IntoPy, raise};
+use crate::errors::IntoPy;
 use crate::future;
 use crate::indices;
 use crate::options::Settings;
+use crate::peer_args;
+use crate::results;
 
 /// A block transport over a buffer this object keeps referenced.
 ///
@@ -51,72 +50,9 @@ fn peer_id(peer: &str) -> PeerId {
 /// The longest a `poll_wait` sleeps without the GIL before it checks for a signal.
 const SIGNAL_SLICE: Duration = Duration::from_millis(100);
 
-/// `blockwire._types.PollResult(done, failed, peer_fault)` of `r`.
-fn poll_result(py: Python<'_>, r: PollResult) -> PyResult<Bound<'_, PyAny>> {
-    static POLL_RESULT: PyOnceLock<Py<PyType>> = PyOnceLock::new();
-    let done: Vec<u64> = r.done.iter().map(|i| i.get()).collect();
-    let failed: Vec<u64> = r.failed.iter().map(|(i, _)| i.get()).collect();
-    let fault = r.peer_fault.map(|f| f.to_string());
-    cached_type(py, &POLL_RESULT, "PollResult")?.call1((done, failed, fault))
-}
-
-fn cached_type<'py>(
-    py: Python<'py>,
-    cell: &'static PyOnceLock<Py<PyType>>,
-    name: &str,
-) -> PyResult<&'py Bound<'py, PyType>> {
-    cell.import(py, "blockwire._types", name)
-}
-
 impl PyTransport {
     fn t(&self) -> &AnyTransport {
         &self.inner
-    }
-
-    fn decode(
-        py: Python<'_>,
-        descriptor: &[u8],
-        base_addr: Option<u64>,
-        num_blocks: Option<u32>,
-        block_len: Option<u64>,
-    ) -> PyResult<PeerDescriptor> {
-        let desc = PeerDescriptor::from_bytes(descriptor)
-            .map_err(blockwire::Error::from)
-            .py()?;
-        let mut wrong = Vec::new();
-        if base_addr.is_some_and(|a| a != desc.base_addr) {
-            wrong.push(format!(
-                "base_addr {:#x} (the metadata says {:#x})",
-                base_addr.unwrap_or_default(),
-                desc.base_addr
-            ));
-        }
-        if num_blocks.is_some_and(|n| n != desc.num_blocks) {
-            wrong.push(format!(
-                "num_blocks {} (the metadata says {})",
-                num_blocks.unwrap_or_default(),
-                desc.num_blocks
-            ));
-        }
-        if block_len.is_some_and(|l| l != desc.block_len) {
-            wrong.push(format!(
-                "block_len {} (the metadata says {})",
-                block_len.unwrap_or_default(),
-                desc.block_len
-            ));
-        }
-        if !wrong.is_empty() {
-            return Err(raise(
-                py,
-                "GeometryMismatchError",
-                "geometry_mismatch",
-                format!(
-                    "the peer's arguments disagree with its metadata: {}",
-                    wrong.join(", ")
-                ),
-            ));
-        }
-        Ok(desc)
     }
 
     fn post(
@@ -293,7 +229,7 @@ impl PyTransport {
         num_blocks: Option<u32>,
         block_len: Option<u64>,
     ) -> PyResult<()> {
-        let desc = Self::decode(py, descriptor, base_addr, num_blocks, block_len)?;
+        let desc = peer_args::descriptor(py, descriptor, base_addr, num_blocks, block_len)?;
         let peer = self::peer_id(peer_id);
         let t = self.t();
         py.detach(|| t.add_remote_peer(&peer, &desc)).py()
@@ -312,21 +248,22 @@ impl PyTransport {
         num_blocks: Option<u32>,
         block_len: Option<u64>,
     ) -> PyResult<Py<PyAny>> {
-        let registration = match Self::decode(py, descriptor, base_addr, num_blocks, block_len) {
-            Ok(desc) => {
-                let peer = self::peer_id(peer_id);
-                let t = self.t();
-                py.detach(|| t.add_remote_peer_async(&peer, &desc))
-            }
-            Err(e) => {
-                let f = py
-                    .import("concurrent.futures")?
-                    .getattr("Future")?
-                    .call0()?;
-                f.call_method1("set_exception", (e.into_value(py),))?;
-                return Ok(f.unbind());
-            }
-        };
+        let registration =
+            match peer_args::descriptor(py, descriptor, base_addr, num_blocks, block_len) {
+                Ok(desc) => {
+                    let peer = self::peer_id(peer_id);
+                    let t = self.t();
+                    py.detach(|| t.add_remote_peer_async(&peer, &desc))
+                }
+                Err(e) => {
+                    let f = py
+                        .import("concurrent.futures")?
+                        .getattr("Future")?
+                        .call0()?;
+                    f.call_method1("set_exception", (e.into_value(py),))?;
+                    return Ok(f.unbind());
+                }
+            };
         future::spawn(py, registration)
     }
 
@@ -381,7 +318,7 @@ impl PyTransport {
         let peer = peer_id.map(self::peer_id);
         let t = self.t();
         let r = py.detach(|| t.poll(peer.as_ref())).py()?;
-        poll_result(py, r)
+        results::poll_result(py, r)
     }
 
     /// As `poll`, waiting up to `timeout` seconds for something to report: while nothing is
@@ -414,7 +351,7 @@ impl PyTransport {
                 || Instant::now() >= deadline
                 || py.detach(|| t.in_flight(peer.as_ref())) == 0
             {
-                return poll_result(py, r);
+                return results::poll_result(py, r);
             }
             py.check_signals()?;
         }
@@ -432,14 +369,7 @@ impl PyTransport {
         let peer = peer_id.map(self::peer_id);
         let t = self.t();
         let r = py.detach(|| t.poll(peer.as_ref())).py()?;
-        Ok((
-            r.done.iter().map(|i| i.get()).collect(),
-            r.failed
-                .iter()
-                .map(|(i, why)| (i.get(), why.label(), why.to_string()))
-                .collect(),
-            r.peer_fault.map(|f| f.to_string()),
-        ))
+        Ok(results::detailed(r))
     }
 
     /// Cancels transfers. `mode="immediate"`: stop tracking them, return `[]`. `mode="wait"`:
@@ -482,13 +412,9 @@ impl PyTransport {
         py: Python<'py>,
         sender: Option<&str>,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
-        static NOTIFICATION: PyOnceLock<Py<PyType>> = PyOnceLock::new();
         let t = self.t();
         let got = py.detach(|| t.notifications(sender)).py()?;
-        let class = cached_type(py, &NOTIFICATION, "Notification")?;
-        got.into_iter()
-            .map(|n| class.call1((n.sender, PyBytes::new(py, &n.message))))
-            .collect()
+        results::notifications(py, got)
     }
 
     /// Counters of the notification queue: received, drained, queued, dropped_full,
@@ -496,14 +422,7 @@ impl PyTransport {
     fn notification_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let t = self.t();
         let s = py.detach(|| t.notification_stats());
-        let d = PyDict::new(py);
-        d.set_item("received", s.received)?;
-        d.set_item("drained", s.drained)?;
-        d.set_item("queued", s.queued)?;
-        d.set_item("dropped_full", s.dropped_full)?;
-        d.set_item("discarded_closed", s.discarded_closed)?;
-        d.set_item("malformed", s.malformed)?;
-        Ok(d)
+        results::notification_stats(py, &s)
     }
 
     /// Per-peer telemetry (needs `telemetry=True`), `None` when off: a dict of peer id to
@@ -514,26 +433,7 @@ impl PyTransport {
         let Some(snapshot) = py.detach(|| t.telemetry()) else {
             return Ok(None);
         };
-        let out = PyDict::new(py);
-        for p in snapshot.peers {
-            let d = PyDict::new(py);
-            d.set_item("transfers", p.transfers)?;
-            d.set_item("done", p.done)?;
-            d.set_item("failed", p.failed)?;
-            d.set_item("cancelled", p.cancelled)?;
-            d.set_item("bytes", p.bytes)?;
-            for (what, l) in [("latency", p.latency), ("submit", p.submit)] {
-                let s = PyDict::new(py);
-                s.set_item("count", l.count)?;
-                s.set_item("p50", l.p50.as_secs_f64())?;
-                s.set_item("p90", l.p90.as_secs_f64())?;
-                s.set_item("p99", l.p99.as_secs_f64())?;
-                s.set_item("max", l.max.as_secs_f64())?;
-                d.set_item(what, s)?;
-            }
-            out.set_item(p.peer.to_string(), d)?;
-        }
-        Ok(Some(out))
+        results::telemetry(py, snapshot).map(Some)
     }
 
     /// Closes the transport: stops registrations, cancels transfers, waits (bounded by the
