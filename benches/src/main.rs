@@ -49,11 +49,8 @@ impl Backends for Compiled {
             "ucx" => {
                 let peer_errors = args.option(backend, "peer_errors").as_deref() != Some("false");
                 let tls = args.option(backend, "tls");
-                let seg = match args.option(backend, "tcp_seg_bytes") {
-                    Some(v) => Some(v.parse().map_err(|e| format!("tcp_seg_bytes={v}: {e}"))?),
-                    None => None,
-                };
-                // Configured as the backend is (UCX's TCP send segment).
+                // Read and configured as the backend does (UCX's TCP send segment).
+                let seg = args.options(backend)?.backend.take("tcp_seg_bytes")?;
                 let tuning = blockwire::ucx::tcp_tuning(tls.as_deref(), seg)?;
                 Some(raw_ucx::gbps(shape, tls.as_deref(), &tuning, peer_errors)?)
             }
