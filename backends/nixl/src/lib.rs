@@ -125,24 +125,28 @@
 mod address;
 mod agent;
 mod dram;
+mod lists;
 mod metadata;
 mod notify;
+mod open;
 mod peer;
 mod runtime;
 
 use std::sync::Arc;
 
+#[cfg(doc)]
+use blockwire_core::OpenBackend;
 use blockwire_core::kit::{self, ByteRun, Live, LiveCounts, ProgressThread};
 use blockwire_core::{
-    Backend, BackendError, BackendErrorKind, BackendOptions, BackendStats, BlockIndex,
-    Capabilities, Error, FailureReason, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
-    decode_frame,
+    Backend, BackendError, BackendErrorKind, BackendStats, BlockIndex, Capabilities, FailureReason,
+    Op, PeerDescriptor, RegionSpan, XferState, decode_frame,
 };
-use nixl_sys::{MemType, XferDescList, XferOp, XferRequest, XferStatus};
+use nixl_sys::{XferOp, XferRequest, XferStatus};
 use parking_lot::Mutex;
 
-use agent::{Inner, agent_name, nixl_error};
+use agent::{Inner, nixl_error};
 pub use dram::Dram;
+use lists::{run_lists, to_i32};
 pub use metadata::{MetadataError, agent_metadata, agent_name_of, descriptor_from_nixl};
 pub use peer::NixlPeer;
 pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
@@ -232,74 +236,6 @@ pub struct NixlXfer {
     /// What a failed status check names: the transfer, or the probe of a notification.
     what: &'static str,
     _live: Live,
-}
-
-impl OpenBackend for NixlBackend {
-    const KIND: &'static str = KIND;
-
-    /// Opens a NIXL agent over `span` with the options in the crate docs, named after the
-    /// transport.
-    ///
-    /// # Safety
-    ///
-    /// The memory `span` describes must stay allocated until this backend, and every peer and
-    /// transfer it made, has been dropped.
-    ///
-    /// ```
-    /// use blockwire_core::{Backend, OpenBackend, BackendOptions, RegionSpan};
-    /// let mut mem = vec![0u8; 2 * 4096];
-    /// let span = RegionSpan::new(std::ptr::NonNull::new(mem.as_mut_ptr()).unwrap(), 2, 4096).unwrap();
-    /// // SAFETY: `mem` outlives the backend. Needs the runtime (scripts/setup-backends.sh).
-    /// let b = unsafe { blockwire_nixl::NixlBackend::open(span, BackendOptions::new())? };
-    /// assert_eq!(b.kind(), "nixl");
-    /// assert!(b.agent_name().starts_with("bw-")); // no transport named it: unique across hosts
-    /// assert!(blockwire_nixl::runtime_loaded());
-    /// # Ok::<(), blockwire_core::Error>(())
-    /// ```
-    unsafe fn open(span: RegionSpan, mut options: BackendOptions) -> Result<Self, Error> {
-        let open_err = Error::opening(KIND);
-        let name = agent_name(&options);
-        let inbox = options.inbox();
-        let plugin = options
-            .take::<String>("backend")
-            .map_err(open_err)?
-            .unwrap_or_else(|| "UCX".into());
-        let lib_dir = options.take::<String>("lib_dir").map_err(open_err)?;
-        let mut plugin_params = options.take_prefixed("param.");
-        if let Some(n) = options.take::<u32>("num_threads").map_err(open_err)? {
-            plugin_params.push(("num_threads".into(), n.to_string()));
-        }
-        let progress_delay_us = options
-            .take::<u64>("progress_delay_us")
-            .map_err(open_err)?
-            .unwrap_or(DEFAULT_PROGRESS_DELAY_US);
-        options.finish(KIND).map_err(open_err)?;
-        runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
-        let (inner, address) =
-            Inner::open(&span, &name, &plugin, &plugin_params, progress_delay_us)
-                .map_err(open_err)?;
-        let inner = Arc::new(Mutex::new(Some(inner)));
-        let receiver = Arc::new(notify::Receiver::new(inbox));
-        let backend = NixlBackend {
-            span,
-            inner: inner.clone(),
-            name,
-            address,
-            counts: LiveCounts::default(),
-            receiver: receiver.clone(),
-            receiving: Mutex::new(None),
-        };
-        // On failure, dropping `backend` revokes (destroys the agent) in order.
-        let thread = receiver.spawn(inner).map_err(|e| {
-            open_err(BackendError::from_io(
-                "spawning the notification thread",
-                &e,
-            ))
-        })?;
-        *backend.receiving.lock() = Some(thread);
-        tracing::debug!(agent = %backend.name, %plugin, "nixl backend opened");
-        Ok(backend)
-    }
 }
 
 impl NixlBackend {
@@ -502,35 +438,4 @@ impl Drop for NixlBackend {
         // The same order as revoke (a backend dropped without it).
         self.revoke();
     }
-}
-
-/// Block indices as NIXL takes them (`i32`).
-fn to_i32(v: &[BlockIndex]) -> Result<Vec<i32>, BackendError> {
-    v.iter()
-        .map(|&i| {
-            i32::try_from(i).map_err(|_| {
-                BackendError::new(BackendErrorKind::Other, format!("block {i} too large"))
-            })
-        })
-        .collect()
-}
-
-/// The descriptor lists of a transfer's runs: one descriptor per run on each side, at the
-/// local region's base `near` and the peer's `far` (both registered as a whole, so NIXL finds
-/// every run inside one registration).
-fn run_lists(
-    near: u64,
-    far: usize,
-    runs: &[ByteRun],
-) -> Result<(XferDescList<'static>, XferDescList<'static>), BackendError> {
-    let list = || XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e));
-    let bad = || BackendError::new(BackendErrorKind::Other, "a run's address overflows");
-    let near = usize::try_from(near).map_err(|_| bad())?;
-    let (mut l, mut r) = (list()?, list()?);
-    for run in runs {
-        let remote = usize::try_from(run.remote).map_err(|_| bad())?;
-        l.add_desc(near.checked_add(run.local).ok_or_else(bad)?, run.len, 0);
-        r.add_desc(far.checked_add(remote).ok_or_else(bad)?, run.len, 0);
-    }
-    Ok((l, r))
 }
