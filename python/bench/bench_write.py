@@ -4,9 +4,9 @@ Per backend and block size: a WRITE throughput point of the Rust bench (``blockw
 --ops write --measures throughput``, its JSON read from a ``--results`` folder), then the
 same point through ``blockwire.Transport``: two transports in this process over numpy
 regions of ``--region-mib`` MiB, ``--depth`` transfers of ``--batch`` blocks kept in flight
-for ``--duration`` s as ``pump`` in benches/src/measure.rs does (transfer ``n`` moves the
-blocks of group ``n % (blocks // batch)`` to the same indices on the peer; GB/s counts the
-transfers ``poll(peer)`` reported done, the wait for the last ones included). The regions
+for ``--duration`` s as ``pump`` in benches/src/measure/pump.rs does (transfer ``n`` moves
+the blocks of group ``n % (blocks // batch)`` to the same indices on the peer; GB/s counts
+the transfers ``poll(peer)`` reported done, the wait for the last ones included). The regions
 are page-aligned and without numpy's huge-page madvise (``--numpy-hugepages`` keeps it), as
 the Rust bench's ``Region::new``. ``--rounds N`` runs N pairs back to back, Rust first in
 every other one, and shows medians: the machines are shared, compare ratios of one run.
@@ -105,7 +105,7 @@ def region(blocks: int, block: int) -> np.ndarray:
 
 
 def python_point(args, backend: str, kib: int) -> dict:
-    """The same point through blockwire.Transport (mirrors measure.rs `throughput`/`pump`)."""
+    """The same point through blockwire.Transport (as the bench's `throughput` and `pump`)."""
     block = kib << 10
     blocks = max((args.region_mib << 20) // block, 1)
     batch = min(args.batch, blocks)
