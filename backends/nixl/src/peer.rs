@@ -3,32 +3,42 @@
 use blockwire_core::kit::Live;
 use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use nixl_sys::{MemType, XferDescList, XferDlistHandle};
+use parking_lot::Mutex;
 
 use crate::address;
 use crate::agent::{Inner, Remote, nixl_error};
 
-/// A connected peer: the remote agent and its prepared descriptor list.
+/// A connected peer: the remote agent and its prepared descriptor lists.
 pub struct NixlPeer {
     pub(crate) remote: String,
+    /// The peer's whole region as one prepared descriptor, made at connect (NIXL then found
+    /// it inside the peer's registrations); `None` where connect prepared `blocks` instead.
     /// Released with the agent's lock held; never after the agent is gone (the handle does
     /// not keep it alive).
-    pub(crate) list: Option<XferDlistHandle>,
-    pub(crate) num_blocks: u32,
-    /// The peer's block 0, which notification probes read a byte of.
+    region: Option<XferDlistHandle>,
+    /// One descriptor per block, for transfers of scattered blocks (`make_xfer_req` with
+    /// block indices): prepared by the first such transfer to the peer, on the posting thread
+    /// (19,599 descriptors took NIXL 0.7 ms and more: not the add's to pay). Released as
+    /// `region` is.
+    pub(crate) blocks: Mutex<Option<XferDlistHandle>>,
+    /// The peer's block 0 (also what notification probes read a byte of).
     pub(crate) probe_addr: usize,
+    pub(crate) num_blocks: u32,
+    pub(crate) block_len: usize,
     _live: Live,
 }
 
-// SAFETY: the prepared list is only used under the backend's mutex.
+// SAFETY: the prepared lists are only used, and released, under the backend's mutex.
 unsafe impl Send for NixlPeer {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for NixlPeer {}
 
 impl NixlPeer {
-    /// For a peer let go after the agent is gone: releasing its list would reach freed
-    /// memory, so it is leaked.
+    /// For a peer let go after the agent is gone: releasing its lists would reach freed
+    /// memory, so they are leaked.
     pub(crate) fn forget_list(mut self) {
-        std::mem::forget(self.list.take());
+        std::mem::forget(self.region.take());
+        std::mem::forget(self.blocks.get_mut().take());
     }
 }
 
@@ -79,29 +89,29 @@ impl Inner {
                 true
             }
         };
-        let mut blocks =
-            XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e))?;
+        let base = desc.base_addr as usize;
         let block_len = desc.block_len as usize;
-        for i in 0..desc.num_blocks {
-            let addr = desc.base_addr as usize + i as usize * block_len;
-            blocks.add_desc(addr, block_len, 0);
-        }
-        let list = match self.agent.prepare_xfer_dlist(addr.agent, &blocks, None) {
-            Ok(list) => list,
-            Err(e) => {
-                if fresh {
-                    let _ = self.agent.invalidate_remote_md(addr.agent);
+        // The region as one descriptor: NIXL checks it lies in the peer's registrations. A
+        // peer that registered it in pieces (a plain agent may) gets the per-block list now.
+        let whole = (block_len.checked_mul(desc.num_blocks as usize))
+            .ok_or_else(|| BackendError::new(BackendErrorKind::Other, "region size overflows"))
+            .and_then(|len| region_list(base, len))
+            .and_then(|l| {
+                self.agent
+                    .prepare_xfer_dlist(addr.agent, &l, None)
+                    .map_err(|e| nixl_error("preparing the peer's region", e))
+            });
+        let (region, blocks) = match whole {
+            Ok(region) => (Some(region), None),
+            Err(_) => match self.prepare_blocks(addr.agent, base, desc.num_blocks, block_len) {
+                Ok(blocks) => (None, Some(blocks)),
+                Err(e) => {
+                    if fresh {
+                        let _ = self.agent.invalidate_remote_md(addr.agent);
+                    }
+                    return Err(e);
                 }
-                return Err(nixl_error(
-                    &format!(
-                        "preparing the peer's descriptor list ({} blocks of {block_len} bytes \
-                         at {:#x}: NIXL finds them in no memory the agent {:?} registered \
-                         unless that geometry is what it registered)",
-                        desc.num_blocks, desc.base_addr, addr.agent
-                    ),
-                    e,
-                ));
-            }
+            },
         };
         self.remotes
             .entry(addr.agent.to_owned())
@@ -112,11 +122,42 @@ impl Inner {
             .peers += 1;
         Ok(NixlPeer {
             remote: addr.agent.to_owned(),
-            list: Some(list),
+            region,
+            blocks: Mutex::new(blocks),
+            probe_addr: base,
             num_blocks: desc.num_blocks,
-            probe_addr: desc.base_addr as usize,
+            block_len,
             _live: live,
         })
+    }
+
+    /// Prepares the list of one descriptor per block of agent `agent`'s region (`num_blocks`
+    /// of `block_len` bytes at `base`), which `make_xfer_req` takes block indices into.
+    pub(crate) fn prepare_blocks(
+        &self,
+        agent: &str,
+        base: usize,
+        num_blocks: u32,
+        block_len: usize,
+    ) -> Result<XferDlistHandle, BackendError> {
+        let mut blocks =
+            XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e))?;
+        for i in 0..num_blocks {
+            blocks.add_desc(base + i as usize * block_len, block_len, 0);
+        }
+        self.agent
+            .prepare_xfer_dlist(agent, &blocks, None)
+            .map_err(|e| {
+                nixl_error(
+                    &format!(
+                        "preparing the peer's descriptor list ({num_blocks} blocks of \
+                         {block_len} bytes at {base:#x}: NIXL finds them in no memory the \
+                         agent {agent:?} registered unless that geometry is what it \
+                         registered)"
+                    ),
+                    e,
+                )
+            })
     }
 
     /// `load_remote_md`, checking that the metadata is the agent's the address names.
@@ -143,8 +184,13 @@ impl Inner {
 
     /// Releases the peer's list, and unloads its agent's metadata with its last peer.
     pub(crate) fn disconnect(&mut self, peer: NixlPeer) {
-        let NixlPeer { remote, list, .. } = peer;
-        drop(list);
+        let NixlPeer {
+            remote,
+            region,
+            blocks,
+            ..
+        } = peer;
+        drop((region, blocks));
         let last = match self.remotes.get_mut(&remote) {
             Some(r) if r.peers > 1 => {
                 r.peers -= 1;
@@ -159,4 +205,11 @@ impl Inner {
             }
         }
     }
+}
+
+/// One descriptor over `len` bytes at `base`.
+fn region_list(base: usize, len: usize) -> Result<XferDescList<'static>, BackendError> {
+    let mut list = XferDescList::new(MemType::Dram).map_err(|e| nixl_error("descriptors", e))?;
+    list.add_desc(base, len, 0);
+    Ok(list)
 }
