@@ -328,19 +328,21 @@ impl Backend for NixlBackend {
                 // first such transfer).
                 let (l, r) = (to_i32(local)?, to_i32(remote)?);
                 let mut blocks = peer.blocks.lock();
-                if blocks.is_none() {
-                    let took = std::time::Instant::now();
-                    let prepared = inner.prepare_blocks(
-                        &peer.remote,
-                        peer.probe_addr,
-                        peer.num_blocks,
-                        peer.block_len,
-                    )?;
-                    tracing::debug!(remote = %peer.remote, blocks = peer.num_blocks,
-                        took = ?took.elapsed(), "nixl: the peer's block list prepared");
-                    *blocks = Some(prepared);
-                }
-                let list = blocks.as_ref().ok_or_else(revoked)?;
+                let list = match &mut *blocks {
+                    Some(list) => list,
+                    unprepared => {
+                        let took = std::time::Instant::now();
+                        let list = unprepared.insert(inner.prepare_blocks(
+                            &peer.remote,
+                            peer.probe_addr,
+                            peer.num_blocks,
+                            peer.block_len,
+                        )?);
+                        tracing::debug!(remote = %peer.remote, blocks = peer.num_blocks,
+                            took = ?took.elapsed(), "nixl: the peer's block list prepared");
+                        list
+                    }
+                };
                 inner
                     .agent
                     .make_xfer_req(xop, &inner.local, &l, list, &r, None)
