@@ -159,6 +159,7 @@ impl Peer {
                     submit_preempted: None,
                     submit_p99_on_core_us: None,
                     wake_p99_us: None,
+                    poll_p999_us: None,
                     complete_avg_us: r.complete_avg_us,
                     complete_p99_us: r.complete_p99_us,
                 }));

@@ -76,6 +76,12 @@ pub struct Point {
     /// where not measured (the peers, older runs).
     #[serde(default)]
     pub wake_p99_us: Option<f64>,
+    /// 99.9th percentile of one `poll` call, µs, with `--waiting sleep` (the driver then
+    /// polls; with `wait` it calls `poll_wait`, which sleeps by design): `poll` never blocks,
+    /// so a tail here is a wait for another thread (a lock held across a library call that
+    /// moves data). `None` where not measured.
+    #[serde(default)]
+    pub poll_p999_us: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
     pub complete_avg_us: f64,
     /// 99th percentile of the completion time, µs.
@@ -105,6 +111,7 @@ pub(crate) struct Summary {
     pub(crate) avg: f64,
     pub(crate) p50: f64,
     pub(crate) p99: f64,
+    pub(crate) p999: f64,
 }
 
 impl Summary {
@@ -119,6 +126,7 @@ impl Summary {
             avg: v.iter().sum::<f64>() / v.len() as f64,
             p50: at(0.5),
             p99: at(0.99),
+            p999: at(0.999),
         }
     }
 }
@@ -198,12 +206,14 @@ pub(crate) fn throughput(
         submits_on_core,
         completes,
         wakes,
+        polls,
         ..
     } = pumped;
     let (submit_preempted, submit_p99_on_core_us) = preempted(submits.len(), submits_on_core);
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
     let wake_p99_us = (!wakes.is_empty()).then(|| Summary::of(wakes).p99);
+    let poll_p999_us = (!polls.is_empty()).then(|| Summary::of(polls).p999);
     Ok(Point {
         backend: backend.to_owned(),
         op: op.to_string(),
@@ -227,6 +237,7 @@ pub(crate) fn throughput(
         submit_preempted,
         submit_p99_on_core_us,
         wake_p99_us,
+        poll_p999_us,
         complete_avg_us,
         complete_p99_us,
     })

@@ -23,6 +23,8 @@ pub(crate) struct Pumped {
     pub(crate) completes: Vec<f64>,
     /// Each wake probe right after a submit, µs ([`WakeProbe`]).
     pub(crate) wakes: Vec<f64>,
+    /// Each `poll` call, µs: with [`Waiting::Sleep`] only (`poll_wait` sleeps by design).
+    pub(crate) polls: Vec<f64>,
 }
 
 impl Pumped {
@@ -43,6 +45,7 @@ impl Pumped {
         self.submits_on_core.extend(slice.submits_on_core);
         self.completes.extend(slice.completes);
         self.wakes.extend(slice.wakes);
+        self.polls.extend(slice.polls);
     }
 }
 
@@ -81,6 +84,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
     let mut submits_on_core = Vec::new();
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
+    let mut polls = Vec::new();
     let mut wake = WakeProbe::start()?;
     short_timer_slack();
     let start = Instant::now();
@@ -109,7 +113,12 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         }
         let r = match driver.waiting {
             Waiting::Wait => a.poll_wait(Some(&peer), WAIT_SLICE)?,
-            Waiting::Sleep => a.poll(Some(&peer))?,
+            Waiting::Sleep => {
+                let t = Instant::now();
+                let r = a.poll(Some(&peer))?;
+                polls.push(t.elapsed().as_secs_f64() * 1e6);
+                r
+            }
         };
         if let Some((id, reason)) = r.failed.first() {
             return Err(format!("transfer {id} failed: {reason}").into());
@@ -143,6 +152,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         submits_on_core,
         completes,
         wakes: wake.finish(),
+        polls,
     })
 }
 
