@@ -29,13 +29,19 @@
 //!   `add_remote_peer`): while that one is connected, its metadata holds the name.
 //! - **State**: `get_xfer_status`; a transfer that finished inside the post is done. A status
 //!   check that fails (nixl-sys reports every NIXL error, a failed transfer's included, as a
-//!   failed check) is [`FailureReason::StateCheck`], which faults the peer.
+//!   failed check) is [`FailureReason::StateCheck`], which faults the peer. Every NIXL call is
+//!   made under one lock, which the posting thread holds across `post_xfer_req` (NIXL's UCX
+//!   plugin copies the data inside it on one host: milliseconds for large blocks); a status
+//!   check, called by the caller's `poll`, that finds the lock taken reports the transfer
+//!   running instead of waiting, and the next poll checks again.
 //! - **Revocation** (close): the agent is destroyed (its registration released first), which
 //!   destroys its UCX workers: nothing serves a peer's put or get afterwards (UCX emulates
 //!   them with active messages on memory it did not allocate, copying to whatever address the
 //!   message names, so a deregistration alone would not do).
 //! - **Release**: nixl-sys releases a request by dropping it and hides a failed release, so a
-//!   request is dropped only once NIXL reports it terminal; until then `release` says busy.
+//!   request is dropped only once NIXL reports it terminal; until then `release` says busy. A
+//!   finished request whose release finds the lock taken is parked and released by the lock's
+//!   next holder in this backend (a post, a release, at the latest revoke).
 //! - **Errors**: nixl-sys collapses NIXL's codes into one; the message is kept.
 //! - **Runtime**: `libnixl_capi.so` from the `nixl-cu12==1.5.1` wheel, loaded by absolute path
 //!   (see [`DEFAULT_LIB_DIR`] and [`LIB_DIR_ENV`]); opening a transport without it is a clear
@@ -135,6 +141,8 @@ mod notify;
 mod open;
 mod peer;
 mod runtime;
+#[cfg(test)]
+mod tests;
 
 use std::sync::Arc;
 
@@ -146,7 +154,7 @@ use blockwire_core::{
     Op, PeerDescriptor, RegionSpan, XferState, decode_frame,
 };
 use nixl_sys::{XferOp, XferRequest, XferStatus};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 use agent::{Inner, nixl_error};
 pub use dram::Dram;
@@ -231,6 +239,11 @@ pub struct NixlBackend {
     receiver: Arc<notify::Receiver>,
     /// The thread that drains NIXL's notifications into the inbox; stopped by `revoke`.
     receiving: Mutex<Option<ProgressThread>>,
+    /// The requests of finished transfers whose release found the agent's lock held by
+    /// another thread: released by the next call that holds it (`release_parked`), at the
+    /// latest by revoke, before the agent goes. They move no bytes, so their transfers no
+    /// longer count as live.
+    parked: Mutex<Vec<XferRequest>>,
 }
 
 /// A posted transfer: blocks, or a notification's probe.
@@ -353,6 +366,7 @@ impl Backend for NixlBackend {
             .agent
             .post_xfer_req(&request, None)
             .map_err(|e| nixl_error("post_xfer_req", e))?;
+        self.release_parked(&guard);
         drop(guard);
         Ok(NixlXfer {
             request: Some(request),
@@ -389,6 +403,8 @@ impl Backend for NixlBackend {
     }
 
     fn poll_notifications(&self) {
+        // Waits for the agent's lock, unlike `state`: a notification whose transfer is done
+        // is in NIXL, and this drain must find it ("Delivered" in the crate docs).
         self.receiver.drain(&self.inner);
     }
 
@@ -399,11 +415,19 @@ impl Backend for NixlBackend {
         let Some(request) = &xfer.request else {
             return XferState::Done;
         };
-        let status = match self.inner.lock().as_ref() {
+        // Never waits for the agent's lock: another thread holding it may be inside a NIXL
+        // call that takes long (the posting thread's `postXferReq`, which with the UCX plugin
+        // on one host copies the data in it: up to tens of ms), and the caller's `poll` must
+        // not wait for that. The transfer is observed again at the next poll.
+        let Some(guard) = self.inner.try_lock() else {
+            return XferState::Running;
+        };
+        let status = match guard.as_ref() {
             Some(inner) => inner.agent.get_xfer_status(request),
             // Never: transfers are released before revoke.
             None => return XferState::Running,
         };
+        drop(guard);
         let state = match status {
             Ok(XferStatus::InProgress) => return XferState::Running,
             Ok(XferStatus::Success) => XferState::Done,
@@ -419,9 +443,15 @@ impl Backend for NixlBackend {
         if self.state(&mut xfer) == XferState::Running {
             return Err(xfer);
         }
-        let request = xfer.request.take();
-        let _inner = self.inner.lock();
-        drop(request);
+        // As in `state`, the caller does not wait for the agent's lock: with it busy, the
+        // finished request (which moves no more bytes) is parked for the lock's next holder.
+        match self.inner.try_lock() {
+            Some(inner) => {
+                drop(xfer.request.take());
+                self.release_parked(&inner);
+            }
+            None => self.parked.lock().extend(xfer.request.take()),
+        }
         Ok(())
     }
 
@@ -431,7 +461,10 @@ impl Backend for NixlBackend {
         if let Some(mut thread) = self.receiving.lock().take() {
             thread.stop();
         }
-        if let Some(inner) = self.inner.lock().take() {
+        let mut guard = self.inner.lock();
+        // Parked requests go before the agent they point into.
+        self.release_parked(&guard);
+        if let Some(inner) = guard.take() {
             inner.destroy();
             tracing::debug!(agent = %self.name, "nixl agent destroyed");
         }
@@ -439,6 +472,22 @@ impl Backend for NixlBackend {
 
     fn stats(&self) -> BackendStats {
         self.counts.stats()
+    }
+}
+
+impl NixlBackend {
+    /// Releases the requests `release` parked. `agent` is the agent's lock, held (NIXL's
+    /// calls are serialized).
+    fn release_parked(&self, agent: &MutexGuard<'_, Option<Inner>>) {
+        let parked = std::mem::take(&mut *self.parked.lock());
+        if agent.is_some() {
+            drop(parked);
+        } else if !parked.is_empty() {
+            // Never: revoke releases them before the agent goes, and nothing parks after
+            // (`state` reports a transfer of a revoked agent running). Released now they
+            // would reach freed memory.
+            std::mem::forget(parked);
+        }
     }
 }
 

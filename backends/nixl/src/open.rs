@@ -63,6 +63,7 @@ impl OpenBackend for NixlBackend {
             counts: LiveCounts::default(),
             receiver: receiver.clone(),
             receiving: Mutex::new(None),
+            parked: Mutex::new(Vec::new()),
         };
         // On failure, dropping `backend` revokes (destroys the agent) in order.
         let thread = receiver.spawn(inner).map_err(|e| {

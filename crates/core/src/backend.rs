@@ -167,7 +167,10 @@ pub trait Backend: Send + Sync + 'static {
         remote: &[BlockIndex],
     ) -> Result<Self::Xfer, BackendError>;
 
-    /// Observes a transfer without blocking.
+    /// Observes a transfer without blocking. The caller's `poll` calls it: where the lock it
+    /// needs may be held by another thread across a library call that moves data (nixl's
+    /// posting thread), it reports the transfer running rather than wait, and the transfer is
+    /// observed again at the next poll.
     fn state(&self, xfer: &mut Self::Xfer) -> XferState;
 
     /// Asks a running transfer to stop early (best effort; a backend that cannot stop an
@@ -212,7 +215,8 @@ pub trait Backend: Send + Sync + 'static {
     /// block. The default does nothing (the receive path delivers on its own).
     fn poll_notifications(&self) {}
 
-    /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes.
+    /// Releases a transfer's resources: `Err(xfer)` while it may still move bytes. The
+    /// caller's `poll` calls it too, so it should not wait for such a lock either.
     fn release(&self, xfer: Self::Xfer) -> Result<(), Self::Xfer>;
 
     /// Revokes every peer's access to the local region: once this returns, no peer's WRITE

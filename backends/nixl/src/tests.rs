@@ -1,0 +1,130 @@
+//! The caller's side of the agent's lock: observing and releasing a transfer never wait for
+//! it (another thread may hold it across a post that copies the data inside NIXL).
+
+use std::ptr::NonNull;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use blockwire_core::{
+    Backend, BackendOptions, Op, OpenBackend, PeerDescriptor, RegionSpan, XferState,
+};
+
+use crate::{NixlBackend, NixlXfer};
+
+const BLOCKS: u32 = 4;
+const BLOCK_LEN: usize = 4096;
+
+/// Long enough for any machine to observe a transfer; a call that has not returned by then
+/// is waiting for the lock this test holds, and would wait forever.
+const HUNG: Duration = Duration::from_secs(20);
+
+fn span(mem: &mut [u8]) -> RegionSpan {
+    let base = NonNull::new(mem.as_mut_ptr()).expect("a vector's pointer is not null");
+    RegionSpan::new(base, BLOCKS, BLOCK_LEN).expect("span")
+}
+
+/// Observes `x` until it is terminal (its state from the last observation).
+fn settle(b: &NixlBackend, x: &mut NixlXfer) -> XferState {
+    let deadline = Instant::now() + HUNG;
+    loop {
+        let state = b.state(x);
+        if state != XferState::Running || Instant::now() > deadline {
+            return state;
+        }
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn observing_and_releasing_never_wait_for_the_agents_lock() {
+    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+    let b_base = b_mem.as_ptr() as u64;
+    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    let (a, b) = unsafe {
+        (
+            NixlBackend::open(span(&mut a_mem), BackendOptions::new()).expect("open a"),
+            NixlBackend::open(span(&mut b_mem), BackendOptions::new()).expect("open b"),
+        )
+    };
+    let desc = PeerDescriptor::new("nixl", b.address(), b_base, BLOCKS, BLOCK_LEN as u64, "");
+    let peer = a.connect(&desc).expect("connect");
+    let mut first = a.post(&peer, Op::Write, &[0], &[1]).expect("post");
+    let second = a.post(&peer, Op::Write, &[2], &[3]).expect("post");
+    assert_eq!(settle(&a, &mut first), XferState::Done);
+
+    let mut second = std::thread::scope(|s| {
+        // Another thread inside NIXL, as the posting thread is during a post.
+        let held = a.inner.lock();
+        let (tx, rx) = mpsc::channel();
+        let a = &a;
+        s.spawn(move || {
+            let mut second = second;
+            let seen = a.state(&mut second);
+            let released = a.release(first).is_ok();
+            let parked = a.parked.lock().len();
+            let _ = tx.send((seen, released, parked, second));
+        });
+        let (seen, released, parked, second) = rx
+            .recv_timeout(HUNG)
+            .expect("state or release waited for the agent's lock");
+        assert_eq!(
+            seen,
+            XferState::Running,
+            "not observed while the lock is held"
+        );
+        assert!(
+            released,
+            "a finished transfer is released (parked), not refused"
+        );
+        assert_eq!(parked, 1);
+        assert_eq!(
+            a.stats().live_transfers,
+            1,
+            "a parked request's transfer is not live"
+        );
+        drop(held);
+        second
+    });
+
+    // With the lock free, the transfer is observed, and its release takes the parked one.
+    assert_eq!(settle(&a, &mut second), XferState::Done);
+    assert!(a.release(second).is_ok());
+    assert_eq!(a.parked.lock().len(), 0);
+    assert_eq!(a.stats().live_transfers, 0);
+
+    // One parked at revoke is released before the agent goes.
+    let mut third = a.post(&peer, Op::Write, &[1], &[0]).expect("post");
+    assert_eq!(settle(&a, &mut third), XferState::Done);
+    std::thread::scope(|s| {
+        let held = a.inner.lock();
+        let (tx, rx) = mpsc::channel();
+        let a = &a;
+        s.spawn(move || {
+            let _ = tx.send(a.release(third).is_ok());
+        });
+        assert!(rx.recv_timeout(HUNG).expect("release waited for the lock"));
+        drop(held);
+    });
+    assert_eq!(a.parked.lock().len(), 1);
+    a.disconnect(peer);
+    a.revoke();
+    assert_eq!(a.parked.lock().len(), 0);
+    assert_eq!(a.stats().live_transfers, 0);
+    drop((a, b));
+    assert_eq!(
+        b_mem[BLOCK_LEN..2 * BLOCK_LEN],
+        [7u8; BLOCK_LEN],
+        "block 0 landed in 1"
+    );
+    assert_eq!(
+        b_mem[3 * BLOCK_LEN..],
+        [7u8; BLOCK_LEN],
+        "block 2 landed in 3"
+    );
+    assert_eq!(b_mem[..BLOCK_LEN], [7u8; BLOCK_LEN], "block 1 landed in 0");
+    assert_eq!(
+        b_mem[2 * BLOCK_LEN..3 * BLOCK_LEN],
+        [0u8; BLOCK_LEN],
+        "block 2 untouched"
+    );
+}
