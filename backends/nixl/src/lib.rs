@@ -323,9 +323,9 @@ impl Backend for NixlBackend {
             Op::Write => XferOp::Write,
             Op::Read => XferOp::Read,
         };
-        // Built before the agent's lock is taken. `probe_addr` is the peer's block 0.
+        // Built before the agent's lock is taken, from the peer's block 0 (`base`).
         let lists = if runs.len() < local.len() {
-            Some(run_lists(self.span.base_addr(), peer.probe_addr, &runs)?)
+            Some(run_lists(self.span.base_addr(), peer.base, &runs)?)
         } else {
             None
         };
@@ -347,7 +347,7 @@ impl Backend for NixlBackend {
                         let took = std::time::Instant::now();
                         let list = unprepared.insert(inner.prepare_blocks(
                             &peer.remote,
-                            peer.probe_addr,
+                            peer.base,
                             peer.num_blocks,
                             peer.block_len,
                         )?);
@@ -391,7 +391,7 @@ impl Backend for NixlBackend {
             // Only for a transport named like an unnamed backend (see `agent_name`).
             tracing::debug!(sender = %n.sender, agent = %inner.name, "NIXL sends as the agent");
         }
-        let (request, running) = notify::send(inner, &peer.remote, peer.probe_addr, &n.message)?;
+        let (request, running) = notify::send(inner, &peer.remote, peer.base, &n.message)?;
         drop(guard);
         tracing::trace!(remote = %peer.remote, len = n.message.len(), "nixl notification sent");
         Ok(NixlXfer {

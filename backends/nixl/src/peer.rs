@@ -21,8 +21,9 @@ pub struct NixlPeer {
     /// (19,599 descriptors took NIXL 0.7 ms and more: not the add's to pay). Released as
     /// `region` is.
     pub(crate) blocks: Mutex<Option<XferDlistHandle>>,
-    /// The peer's block 0 (also what notification probes read a byte of).
-    pub(crate) probe_addr: usize,
+    /// The address of the peer's block 0 in its agent: what its descriptors are built from,
+    /// and what notification probes read a byte of.
+    pub(crate) base: usize,
     pub(crate) num_blocks: u32,
     pub(crate) block_len: usize,
     _live: Live,
@@ -124,7 +125,7 @@ impl Inner {
             remote: addr.agent.to_owned(),
             region,
             blocks: Mutex::new(blocks),
-            probe_addr: base,
+            base,
             num_blocks: desc.num_blocks,
             block_len,
             _live: live,
