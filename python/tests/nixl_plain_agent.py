@@ -8,7 +8,9 @@ whole region, one descriptor per block prepared as the local list (``NIXL_INIT_A
 peer added with ``add_remote_agent`` plus one descriptor per block of its region prepared
 under its name, transfers with ``make_prepped_xfer`` + ``transfer`` + ``check_xfer_state``.
 
-Usage: ``python nixl_plain_agent.py NAME NUM_BLOCKS BLOCK_LEN``. Requests are JSON lines on
+Usage: ``python nixl_plain_agent.py NAME NUM_BLOCKS BLOCK_LEN [PIECES]``: with ``PIECES`` (a
+divisor of ``NUM_BLOCKS``, 1 by default) the region is registered as that many descriptors of
+equal size instead of one, as an agent that registers its cache in pieces does. Requests are JSON lines on
 stdin; each answer is one line on stdout starting with ``@@`` (anything else there is a
 library's and ignored by the test). Bytes travel as hex.
 """
@@ -34,6 +36,7 @@ def reply(**kw) -> None:
 
 def main() -> None:
     name, num_blocks, block_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    pieces = int(sys.argv[4]) if len(sys.argv) > 4 else 1
     try:
         from importlib.metadata import version
 
@@ -51,7 +54,10 @@ def main() -> None:
     # As NixlTransport._init does for backends=["UCX"].
     agent = nixl_agent(name, nixl_agent_config(backends=[], capture_telemetry=True))
     agent.create_backend("UCX", {"engine_config": "TLS=^rc_gda", "num_threads": "2"})
-    reg = agent.register_memory([(base, num_blocks * block_len, 0, "")], mem_type="DRAM")
+    piece = num_blocks // pieces * block_len
+    reg = agent.register_memory(
+        [(base + k * piece, piece, 0, "") for k in range(pieces)], mem_type="DRAM"
+    )
     blocks = [(base + i * block_len, block_len, 0) for i in range(num_blocks)]
     local = agent.prep_xfer_dlist(
         "NIXL_INIT_AGENT", agent.get_xfer_descs(blocks, mem_type="DRAM")

@@ -77,7 +77,9 @@ def digest(block: np.ndarray) -> str:
 class PlainAgent:
     """The child process: one plain NIXL agent."""
 
-    def __init__(self, name: str, num_blocks: int, block_len: int, tls: str | None) -> None:
+    def __init__(
+        self, name: str, num_blocks: int, block_len: int, tls: str | None, pieces: int = 1
+    ) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(runtime_root())] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
@@ -89,7 +91,7 @@ class PlainAgent:
             env.pop("UCX_TLS", None)
         self.log = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
-            [sys.executable, str(AGENT), name, str(num_blocks), str(block_len)],
+            [sys.executable, str(AGENT), name, str(num_blocks), str(block_len), str(pieces)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.log,
@@ -168,8 +170,8 @@ class PlainAgent:
 def agents():
     started: list[PlainAgent] = []
 
-    def start(name, num_blocks, block_len, tls=None):
-        a = PlainAgent(name, num_blocks, block_len, tls)
+    def start(name, num_blocks, block_len, tls=None, pieces=1):
+        a = PlainAgent(name, num_blocks, block_len, tls, pieces)
         started.append(a)
         return a
 
@@ -262,6 +264,38 @@ def test_blocks_and_notifications_both_ways(agents, tls, block_len):
     finally:
         bw.close()
 
+
+def test_a_peer_registered_in_pieces(agents):
+    """A plain agent that registered its region as two descriptors (blocks 0 to 3, 4 to 7):
+    scattered blocks and runs of adjacent blocks, within a piece and across the two, move both
+    ways and land where they should, and nowhere else."""
+    n, block_len = 8, 4096
+    bw, mem = blockwire_side("bw-pieces", n, block_len, None)
+    try:
+        plain = agents("plain-pieces", n, block_len, pieces=2)
+        bw.add_remote_peer("plain", plain.metadata, plain.hello["base_addr"], n, block_len)
+        for i in range(n):
+            mem[i] = pattern(30 + i, block_len)
+        # One block in each piece; a run in the first piece; a run across the two.
+        for blocks in ([0, 5], [1, 2], [3, 4]):
+            wait_done(bw, "plain", bw.write_blocks("plain", blocks, blocks))
+        for i in range(6):
+            assert plain.request("digest", block=i)["digest"] == digest(mem[i]), f"block {i}"
+        zeros = digest(np.zeros(block_len, dtype=np.uint8))
+        for i in (6, 7):
+            assert plain.request("digest", block=i)["digest"] == zeros, f"block {i} written"
+
+        # READs: a run across the pieces into a run here, and scattered blocks.
+        for i in (3, 4, 0, 7):
+            plain.request("fill", block=i, seed=40 + i)
+        wait_done(bw, "plain", bw.transport.read_blocks("plain", [6, 7], [3, 4]))
+        wait_done(bw, "plain", bw.transport.read_blocks("plain", [0, 1], [0, 7]))
+        for local, remote in ((6, 3), (7, 4), (0, 0), (1, 7)):
+            assert np.array_equal(mem[local], pattern(40 + remote, block_len)), f"block {local}"
+        for i in range(2, 6):
+            assert np.array_equal(mem[i], pattern(30 + i, block_len)), f"block {i} overwritten"
+    finally:
+        bw.close()
 
 def test_names_loaded_twice_own_name_and_a_restarted_peer(agents):
     n, block_len = 4, 4096

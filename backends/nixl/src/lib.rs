@@ -18,7 +18,9 @@
 //!   such a transfer is `make_xfer_req` with block indices on both prepared lists, then
 //!   `post_xfer_req`. Where blocks are adjacent on both sides
 //!   (`kit::checked_runs`), each run is one descriptor per side of up to
-//!   `kit::DEFAULT_MAX_RUN_BYTES`, in lists made for the transfer (`create_xfer_req`).
+//!   `kit::DEFAULT_MAX_RUN_BYTES`, in lists made for the transfer (`create_xfer_req`), unless
+//!   the peer registered its region in pieces: a run across two of them lies in no one
+//!   registration, and NIXL would refuse the transfer, so its blocks go by index.
 //! - **Names**: NIXL tells agents apart by name only. A peer whose agent has this transport's
 //!   name, or the name of another connected peer with other metadata, is refused at connect
 //!   ([`BackendErrorKind::NameInUse`], saying so; NIXL itself would refuse both, as
@@ -323,8 +325,9 @@ impl Backend for NixlBackend {
             Op::Write => XferOp::Write,
             Op::Read => XferOp::Read,
         };
-        // Built before the agent's lock is taken, from the peer's block 0 (`base`).
-        let lists = if runs.len() < local.len() {
+        // Built before the agent's lock is taken, from the peer's block 0 (`base`). A peer
+        // registered in pieces gets block indices even for adjacent blocks.
+        let lists = if runs.len() < local.len() && peer.registered_whole() {
             Some(run_lists(self.span.base_addr(), peer.base, &runs)?)
         } else {
             None

@@ -35,6 +35,13 @@ unsafe impl Send for NixlPeer {}
 unsafe impl Sync for NixlPeer {}
 
 impl NixlPeer {
+    /// Whether NIXL found the peer's region in one registration: only then may a run of
+    /// adjacent blocks be one descriptor (in a peer registered in pieces, a run across two
+    /// lies in no one registration, and NIXL refuses the transfer).
+    pub(crate) fn registered_whole(&self) -> bool {
+        self.region.is_some()
+    }
+
     /// For a peer let go after the agent is gone: releasing its lists would reach freed
     /// memory, so they are leaked.
     pub(crate) fn forget_list(mut self) {
