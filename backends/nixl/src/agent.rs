@@ -66,7 +66,7 @@ impl Inner {
         plugin_params: &[(String, String)],
         progress_delay_us: u64,
     ) -> Result<(Inner, Vec<u8>), BackendError> {
-        let agent = Agent::new_configured(name, &crate::agent_config(progress_delay_us))
+        let agent = Agent::new_configured(name, &agent_config(progress_delay_us))
             .map_err(|e| nixl_error("creating the agent", e))?;
         let (_mems, mut params) = agent
             .get_plugin_params(plugin)
@@ -115,5 +115,36 @@ impl Inner {
     /// Destroys the agent (in the fields' order, see [`Inner`]).
     pub(crate) fn destroy(self) {
         drop(self);
+    }
+}
+
+/// How often, at least, the agent's progress thread sweeps its workers (µs; option
+/// `progress_delay_us`). Between sweeps it sleeps in `poll` until a worker has an event, so
+/// this bounds only the progress of an event UCX fails to signal (NIXL keeps the sweep as a
+/// workaround for that). nixl-sys's `Agent::new` and NIXL's Python `nixl_agent` pass 0, with
+/// which the thread never sleeps: measured here, an idle agent then took a whole core (1.0 of
+/// one, against 0.04 with 100 µs, which NIXL rounds up to 1 ms).
+///
+/// ```
+/// assert_eq!(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US, 1_000);
+/// ```
+pub const DEFAULT_PROGRESS_DELAY_US: u64 = 1_000;
+
+/// The configuration this backend makes its agent with: as nixl-sys's `Agent::new` makes one
+/// (a progress thread, NIXL's default thread sync), but with the progress thread sweeping
+/// every `progress_delay_us` instead of spinning (see [`DEFAULT_PROGRESS_DELAY_US`]). For a
+/// program that drives NIXL itself alongside, as the bench's raw baseline does.
+///
+/// ```
+/// let config = blockwire_nixl::agent_config(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US);
+/// assert!(config.enable_prog_thread);
+/// assert_eq!(config.pthr_delay_us, 1_000);
+/// ```
+pub fn agent_config(progress_delay_us: u64) -> nixl_sys::AgentConfig {
+    nixl_sys::AgentConfig {
+        enable_prog_thread: true,
+        thread_sync: nixl_sys::ThreadSync::Default,
+        pthr_delay_us: progress_delay_us,
+        ..nixl_sys::AgentConfig::default()
     }
 }

@@ -158,38 +158,13 @@ use blockwire_core::{
 use nixl_sys::{XferOp, XferRequest, XferStatus};
 use parking_lot::{Mutex, MutexGuard};
 
+pub use agent::{DEFAULT_PROGRESS_DELAY_US, agent_config};
 use agent::{Inner, nixl_error};
 pub use dram::Dram;
 use lists::{run_lists, to_i32};
 pub use metadata::{MetadataError, agent_metadata, agent_name_of, descriptor_from_nixl};
 pub use peer::NixlPeer;
-pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV};
-
-/// Whether the real NIXL runtime is loaded in this process (opening a backend loads it); never
-/// touches nixl-sys's forwarder before that, so it cannot abort.
-///
-/// ```
-/// // Nothing opened yet in this process.
-/// assert!(!blockwire_nixl::runtime_loaded());
-/// ```
-pub fn runtime_loaded() -> bool {
-    runtime::is_loaded()
-}
-
-/// Loads the NIXL runtime into this process, from `lib_dir` or the default place (opening a
-/// backend does this too), for code that calls nixl-sys directly beside blockwire, such as the
-/// bench's raw NIXL baseline. Fails as [`BackendErrorKind::Unsupported`] when the runtime is
-/// missing or this process already runs the system UCX.
-///
-/// ```
-/// // Needs the runtime (scripts/setup-backends.sh).
-/// blockwire_nixl::load_runtime(None)?;
-/// assert!(blockwire_nixl::runtime_loaded());
-/// # Ok::<(), blockwire_core::BackendError>(())
-/// ```
-pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
-    runtime::ensure(&runtime::lib_dir(lib_dir))
-}
+pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV, load_runtime, runtime_loaded};
 
 /// The backend kind written in descriptors.
 ///
@@ -197,37 +172,6 @@ pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
 /// assert_eq!(blockwire_nixl::KIND, "nixl");
 /// ```
 pub const KIND: &str = "nixl";
-
-/// How often, at least, the agent's progress thread sweeps its workers (µs; option
-/// `progress_delay_us`). Between sweeps it sleeps in `poll` until a worker has an event, so
-/// this bounds only the progress of an event UCX fails to signal (NIXL keeps the sweep as a
-/// workaround for that). nixl-sys's `Agent::new` and NIXL's Python `nixl_agent` pass 0, with
-/// which the thread never sleeps: measured here, an idle agent then took a whole core (1.0 of
-/// one, against 0.04 with 100 µs, which NIXL rounds up to 1 ms).
-///
-/// ```
-/// assert_eq!(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US, 1_000);
-/// ```
-pub const DEFAULT_PROGRESS_DELAY_US: u64 = 1_000;
-
-/// The configuration this backend makes its agent with: as nixl-sys's `Agent::new` makes one
-/// (a progress thread, NIXL's default thread sync), but with the progress thread sweeping
-/// every `progress_delay_us` instead of spinning (see [`DEFAULT_PROGRESS_DELAY_US`]). For a
-/// program that drives NIXL itself alongside, as the bench's raw baseline does.
-///
-/// ```
-/// let config = blockwire_nixl::agent_config(blockwire_nixl::DEFAULT_PROGRESS_DELAY_US);
-/// assert!(config.enable_prog_thread);
-/// assert_eq!(config.pthr_delay_us, 1_000);
-/// ```
-pub fn agent_config(progress_delay_us: u64) -> nixl_sys::AgentConfig {
-    nixl_sys::AgentConfig {
-        enable_prog_thread: true,
-        thread_sync: nixl_sys::ThreadSync::Default,
-        pthr_delay_us: progress_delay_us,
-        ..nixl_sys::AgentConfig::default()
-    }
-}
 
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {

@@ -102,3 +102,29 @@ pub(crate) fn ensure(dir: &Path) -> Result<(), BackendError> {
 pub(crate) fn is_loaded() -> bool {
     matches!(LOADED.get(), Some(Ok(_))) && !nixl_sys::is_stub()
 }
+
+/// Whether the real NIXL runtime is loaded in this process (opening a backend loads it); never
+/// touches nixl-sys's forwarder before that, so it cannot abort.
+///
+/// ```
+/// // Nothing opened yet in this process.
+/// assert!(!blockwire_nixl::runtime_loaded());
+/// ```
+pub fn runtime_loaded() -> bool {
+    is_loaded()
+}
+
+/// Loads the NIXL runtime into this process, from `lib_dir` or the default place (opening a
+/// backend does this too), for code that calls nixl-sys directly beside blockwire, such as the
+/// bench's raw NIXL baseline. Fails as [`BackendErrorKind::Unsupported`] when the runtime is
+/// missing or this process already runs the system UCX.
+///
+/// ```
+/// // Needs the runtime (scripts/setup-backends.sh).
+/// blockwire_nixl::load_runtime(None)?;
+/// assert!(blockwire_nixl::runtime_loaded());
+/// # Ok::<(), blockwire_core::BackendError>(())
+/// ```
+pub fn load_runtime(lib_dir: Option<&str>) -> Result<(), BackendError> {
+    ensure(&self::lib_dir(lib_dir))
+}
