@@ -10,9 +10,9 @@ under its name, transfers with ``make_prepped_xfer`` + ``transfer`` + ``check_xf
 
 Usage: ``python nixl_plain_agent.py NAME NUM_BLOCKS BLOCK_LEN [PIECES]``: with ``PIECES`` (a
 divisor of ``NUM_BLOCKS``, 1 by default) the region is registered as that many descriptors of
-equal size instead of one, as an agent that registers its cache in pieces does. Requests are JSON lines on
-stdin; each answer is one line on stdout starting with ``@@`` (anything else there is a
-library's and ignored by the test). Bytes travel as hex.
+equal size instead of one, as an agent that registers its cache in pieces does. Requests are
+JSON lines on stdin; each answer is one line on stdout starting with ``@@`` (anything else
+there is a library's and ignored by the test). Bytes travel as hex.
 """
 
 from __future__ import annotations
