@@ -11,15 +11,14 @@ use crate::agent::{Inner, Remote, nixl_error};
 /// A connected peer: the remote agent and its prepared descriptor lists.
 pub struct NixlPeer {
     pub(crate) remote: String,
-    /// The peer's whole region as one prepared descriptor, made at connect (NIXL then found
-    /// it inside the peer's registrations); `None` where connect prepared `blocks` instead.
-    /// Released with the agent's lock held; never after the agent is gone (the handle does
-    /// not keep it alive).
-    region: Option<XferDlistHandle>,
+    /// Whether NIXL found the peer's region in one registration (connect prepared it as one
+    /// descriptor, then released that list: it was only the check); `false` for a peer
+    /// registered in pieces, whose `blocks` connect prepared instead.
+    whole: bool,
     /// One descriptor per block, for transfers of scattered blocks (`make_xfer_req` with
     /// block indices): prepared by the first such transfer to the peer, on the posting thread
-    /// (19,599 descriptors took NIXL 0.7 ms and more: not the add's to pay). Released as
-    /// `region` is.
+    /// (19,599 descriptors took NIXL 0.7 ms and more: not the add's to pay). Released with the
+    /// agent's lock held; never after the agent is gone (the handle does not keep it alive).
     pub(crate) blocks: Mutex<Option<XferDlistHandle>>,
     /// The address of the peer's block 0 in its agent: what its descriptors are built from,
     /// and what notification probes read a byte of.
@@ -39,13 +38,12 @@ impl NixlPeer {
     /// adjacent blocks be one descriptor (in a peer registered in pieces, a run across two
     /// lies in no one registration, and NIXL refuses the transfer).
     pub(crate) fn registered_whole(&self) -> bool {
-        self.region.is_some()
+        self.whole
     }
 
-    /// For a peer let go after the agent is gone: releasing its lists would reach freed
-    /// memory, so they are leaked.
+    /// For a peer let go after the agent is gone: releasing its list would reach freed
+    /// memory, so it is leaked.
     pub(crate) fn forget_list(mut self) {
-        std::mem::forget(self.region.take());
         std::mem::forget(self.blocks.get_mut().take());
     }
 }
@@ -109,10 +107,14 @@ impl Inner {
                     .prepare_xfer_dlist(addr.agent, &l, None)
                     .map_err(|e| nixl_error("preparing the peer's region", e))
             });
-        let (region, blocks) = match whole {
-            Ok(region) => (Some(region), None),
+        let (whole, blocks) = match whole {
+            Ok(region) => {
+                // Released here, under the agent's lock: the check was all it was for.
+                drop(region);
+                (true, None)
+            }
             Err(_) => match self.prepare_blocks(addr.agent, base, desc.num_blocks, block_len) {
-                Ok(blocks) => (None, Some(blocks)),
+                Ok(blocks) => (false, Some(blocks)),
                 Err(e) => {
                     if fresh {
                         let _ = self.agent.invalidate_remote_md(addr.agent);
@@ -130,7 +132,7 @@ impl Inner {
             .peers += 1;
         Ok(NixlPeer {
             remote: addr.agent.to_owned(),
-            region,
+            whole,
             blocks: Mutex::new(blocks),
             base,
             num_blocks: desc.num_blocks,
@@ -192,13 +194,8 @@ impl Inner {
 
     /// Releases the peer's list, and unloads its agent's metadata with its last peer.
     pub(crate) fn disconnect(&mut self, peer: NixlPeer) {
-        let NixlPeer {
-            remote,
-            region,
-            blocks,
-            ..
-        } = peer;
-        drop((region, blocks));
+        let NixlPeer { remote, blocks, .. } = peer;
+        drop(blocks);
         let last = match self.remotes.get_mut(&remote) {
             Some(r) if r.peers > 1 => {
                 r.peers -= 1;
