@@ -167,11 +167,16 @@ pub(crate) fn immediate_defers_release_of_running<F: Fixture>(fx: &F) {
     let id = a.write_blocks(&peer, &[2], &[3]).expect("write");
     crate::support::posted(faults(&o), 1);
     assert_eq!(a.cancel(&[id], CancelMode::Immediate), Ok(vec![]));
-    assert_eq!(
-        a.backend_stats().live_transfers,
-        1,
+    // `posted` returns once the backend's post has begun; until that post returns, the
+    // transfer may count twice (the transport's `in_post` and the backend's own count, as
+    // `backend_stats` documents), never zero.
+    assert!(
+        a.backend_stats().live_transfers >= 1,
         "released while running"
     );
+    crate::support::eventually("the post returns and the transfer counts once", || {
+        a.backend_stats().live_transfers == 1
+    });
     faults(&o).release_transfers();
     crate::support::eventually("the detached handle is released", || {
         assert!(a.poll(Some(&peer)).expect("poll").is_empty());
