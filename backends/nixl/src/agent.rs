@@ -23,10 +23,10 @@ pub(crate) fn nixl_error(context: &str, e: nixl_sys::NixlError) -> BackendError 
 }
 
 /// NIXL objects, behind one lock: NIXL's thread safety is undocumented (NIXL issue #1653), so
-/// every call is serialized. A call made for the caller's `poll` (a transfer's status, its
-/// release) only tries the lock and does without when another thread holds it: the posting
-/// thread's post may copy the data inside NIXL for milliseconds. The backend holds `None`
-/// once revoked.
+/// every call is serialized ([`crate::lock::AgentLock`]). A call made for the caller's `poll`
+/// (a transfer's status, its release, letting its peer go) only tries the lock and does
+/// without when another thread holds it: the posting thread's post may copy the data inside
+/// NIXL for milliseconds. The backend holds `None` once revoked.
 ///
 /// The fields drop in the order they are declared, which is the order NIXL needs: handles
 /// first (they point into the agent), then the registrations, then the agent (whose drop

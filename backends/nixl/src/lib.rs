@@ -43,7 +43,9 @@
 //! - **Release**: nixl-sys releases a request by dropping it and hides a failed release, so a
 //!   request is dropped only once NIXL reports it terminal; until then `release` says busy. A
 //!   finished request whose release finds the lock taken is parked and released by the lock's
-//!   next holder in this backend (a post, a release, at the latest revoke).
+//!   next holder in this backend (a post, a status check, the notification thread within a
+//!   few milliseconds, at the latest revoke); so is a peer let go (its last transfer may be
+//!   released in the caller's poll), which no longer counts as connected from then on.
 //! - **Errors**: nixl-sys collapses NIXL's codes into one; the message is kept.
 //! - **Runtime**: `libnixl_capi.so` from the `nixl-cu12==1.5.1` wheel, loaded by absolute path
 //!   (see [`DEFAULT_LIB_DIR`] and [`LIB_DIR_ENV`]); opening a transport without it is a clear
@@ -138,6 +140,7 @@ mod address;
 mod agent;
 mod dram;
 mod lists;
+mod lock;
 mod metadata;
 mod notify;
 mod open;
@@ -156,12 +159,13 @@ use blockwire_core::{
     Op, PeerDescriptor, RegionSpan, XferState, decode_frame,
 };
 use nixl_sys::{XferOp, XferRequest, XferStatus};
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 
 pub use agent::{DEFAULT_PROGRESS_DELAY_US, agent_config};
 use agent::{Inner, nixl_error};
 pub use dram::Dram;
 use lists::{run_lists, to_i32};
+use lock::AgentLock;
 pub use metadata::{MetadataError, agent_metadata, agent_name_of, descriptor_from_nixl};
 pub use peer::NixlPeer;
 pub use runtime::{DEFAULT_LIB_DIR, LIB_DIR_ENV, load_runtime, runtime_loaded};
@@ -176,7 +180,8 @@ pub const KIND: &str = "nixl";
 /// The NIXL backend (see the crate docs and [`NixlBackend::open`]).
 pub struct NixlBackend {
     span: RegionSpan,
-    inner: Arc<Mutex<Option<Inner>>>,
+    /// The agent, and what waits for its lock's next holder.
+    inner: Arc<AgentLock>,
     /// The agent's name.
     name: String,
     /// The address bytes (see the `address` module).
@@ -185,11 +190,6 @@ pub struct NixlBackend {
     receiver: Arc<notify::Receiver>,
     /// The thread that drains NIXL's notifications into the inbox; stopped by `revoke`.
     receiving: Mutex<Option<ProgressThread>>,
-    /// The requests of finished transfers whose release found the agent's lock held by
-    /// another thread: released by the next call that holds it (`release_parked`), at the
-    /// latest by revoke, before the agent goes. They move no bytes, so their transfers no
-    /// longer count as live.
-    parked: Mutex<Vec<XferRequest>>,
 }
 
 /// A posted transfer: blocks, or a notification's probe.
@@ -240,11 +240,19 @@ impl Backend for NixlBackend {
     }
 
     fn disconnect(&self, peer: NixlPeer) {
-        let mut guard = self.inner.lock();
-        match guard.as_mut() {
-            Some(inner) => inner.disconnect(peer),
-            // The agent is gone (revoked): releasing the list would reach freed memory.
-            None => peer.forget_list(),
+        // The peer's last transfer may be released in the caller's poll, which never waits
+        // for the agent's lock: with it busy, the peer is parked for its next holder.
+        let peer = peer.depart();
+        match self.inner.try_lock() {
+            Some(mut guard) => match guard.as_mut() {
+                Some(inner) => inner.disconnect(peer),
+                // The agent is gone (revoked): releasing the list would reach freed memory.
+                None => peer.forget(),
+            },
+            None => {
+                tracing::trace!("nixl: the agent's lock is busy; the peer let go is parked");
+                self.inner.park_peer(peer);
+            }
         }
     }
 
@@ -313,7 +321,6 @@ impl Backend for NixlBackend {
             .agent
             .post_xfer_req(&request, None)
             .map_err(|e| nixl_error("post_xfer_req", e))?;
-        self.release_parked(&guard);
         drop(guard);
         Ok(NixlXfer {
             request: Some(request),
@@ -392,12 +399,10 @@ impl Backend for NixlBackend {
         }
         // As in `state`, the caller does not wait for the agent's lock: with it busy, the
         // finished request (which moves no more bytes) is parked for the lock's next holder.
-        match self.inner.try_lock() {
-            Some(inner) => {
-                drop(xfer.request.take());
-                self.release_parked(&inner);
-            }
-            None => self.parked.lock().extend(xfer.request.take()),
+        match (self.inner.try_lock(), xfer.request.take()) {
+            (Some(_agent), request) => drop(request),
+            (None, Some(request)) => self.inner.park_request(request),
+            (None, None) => {}
         }
         Ok(())
     }
@@ -408,9 +413,8 @@ impl Backend for NixlBackend {
         if let Some(mut thread) = self.receiving.lock().take() {
             thread.stop();
         }
+        // Taking the lock releases what was parked, before the agent it points into goes.
         let mut guard = self.inner.lock();
-        // Parked requests go before the agent they point into.
-        self.release_parked(&guard);
         if let Some(inner) = guard.take() {
             inner.destroy();
             tracing::debug!(agent = %self.name, "nixl agent destroyed");
@@ -419,22 +423,6 @@ impl Backend for NixlBackend {
 
     fn stats(&self) -> BackendStats {
         self.counts.stats()
-    }
-}
-
-impl NixlBackend {
-    /// Releases the requests `release` parked. `agent` is the agent's lock, held (NIXL's
-    /// calls are serialized).
-    fn release_parked(&self, agent: &MutexGuard<'_, Option<Inner>>) {
-        let parked = std::mem::take(&mut *self.parked.lock());
-        if agent.is_some() {
-            drop(parked);
-        } else if !parked.is_empty() {
-            // Never: revoke releases them before the agent goes, and nothing parks after
-            // (`state` reports a transfer of a revoked agent running). Released now they
-            // would reach freed memory.
-            std::mem::forget(parked);
-        }
     }
 }
 

@@ -18,6 +18,7 @@ use blockwire_core::{BackendError, BackendErrorKind, MAX_NOTIFICATION_LEN, name_
 use nixl_sys::{Agent, MemType, NotificationMap, XferDescList, XferOp, XferRequest};
 use parking_lot::Mutex;
 
+use crate::lock::AgentLock;
 use crate::{Dram, Inner};
 
 /// How long the receiving thread sleeps at most when nothing arrives.
@@ -123,7 +124,7 @@ impl Receiver {
     /// Starts the thread that drains NIXL into the inbox while nobody polls.
     pub(crate) fn spawn(
         self: &Arc<Self>,
-        inner: Arc<Mutex<Option<Inner>>>,
+        inner: Arc<AgentLock>,
     ) -> std::io::Result<ProgressThread> {
         let me = self.clone();
         ProgressThread::spawn("nixl-notify", RECEIVE_IDLE, move || me.drain(&inner))
@@ -131,7 +132,7 @@ impl Receiver {
 
     /// Takes what NIXL received (nothing once the agent is gone) and hands it to the inbox;
     /// returns how many notifications it handled.
-    pub(crate) fn drain(&self, inner: &Mutex<Option<Inner>>) -> usize {
+    pub(crate) fn drain(&self, inner: &AgentLock) -> usize {
         let _order = self.order.lock();
         let map = {
             let guard = inner.lock();

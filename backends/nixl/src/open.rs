@@ -7,6 +7,7 @@ use blockwire_core::{BackendError, BackendOptions, Error, OpenBackend, RegionSpa
 use parking_lot::Mutex;
 
 use crate::agent::{Inner, agent_name};
+use crate::lock::AgentLock;
 use crate::{DEFAULT_PROGRESS_DELAY_US, KIND, NixlBackend, notify, runtime};
 
 impl OpenBackend for NixlBackend {
@@ -53,7 +54,7 @@ impl OpenBackend for NixlBackend {
         let (inner, address) =
             Inner::open(&span, &name, &plugin, &plugin_params, progress_delay_us)
                 .map_err(open_err)?;
-        let inner = Arc::new(Mutex::new(Some(inner)));
+        let inner = Arc::new(AgentLock::new(inner));
         let receiver = Arc::new(notify::Receiver::new(inbox));
         let backend = NixlBackend {
             span,
@@ -63,7 +64,6 @@ impl OpenBackend for NixlBackend {
             counts: LiveCounts::default(),
             receiver: receiver.clone(),
             receiving: Mutex::new(None),
-            parked: Mutex::new(Vec::new()),
         };
         // On failure, dropping `backend` revokes (destroys the agent) in order.
         let thread = receiver.spawn(inner).map_err(|e| {

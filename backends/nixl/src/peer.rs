@@ -41,10 +41,32 @@ impl NixlPeer {
         self.whole
     }
 
+    /// What is left to release of a peer let go: its list and its agent's name. The peer no
+    /// longer counts as connected from here on.
+    pub(crate) fn depart(self) -> Departing {
+        let NixlPeer { remote, blocks, .. } = self;
+        Departing {
+            remote,
+            blocks: blocks.into_inner(),
+        }
+    }
+}
+
+/// A peer let go ([`NixlPeer::depart`]), released under the agent's lock
+/// ([`Inner::disconnect`]), or parked for its next holder ([`crate::lock::AgentLock`]).
+pub(crate) struct Departing {
+    remote: String,
+    blocks: Option<XferDlistHandle>,
+}
+
+// SAFETY: as for `NixlPeer`: its list is released only under the agent's lock.
+unsafe impl Send for Departing {}
+
+impl Departing {
     /// For a peer let go after the agent is gone: releasing its list would reach freed
     /// memory, so it is leaked.
-    pub(crate) fn forget_list(mut self) {
-        std::mem::forget(self.blocks.get_mut().take());
+    pub(crate) fn forget(self) {
+        std::mem::forget(self.blocks);
     }
 }
 
@@ -193,8 +215,8 @@ impl Inner {
     }
 
     /// Releases the peer's list, and unloads its agent's metadata with its last peer.
-    pub(crate) fn disconnect(&mut self, peer: NixlPeer) {
-        let NixlPeer { remote, blocks, .. } = peer;
+    pub(crate) fn disconnect(&mut self, peer: Departing) {
+        let Departing { remote, blocks } = peer;
         drop(blocks);
         let last = match self.remotes.get_mut(&remote) {
             Some(r) if r.peers > 1 => {

@@ -1,5 +1,6 @@
-//! The caller's side of the agent's lock: observing and releasing a transfer never wait for
-//! it (another thread may hold it across a post that copies the data inside NIXL).
+//! The caller's side of the agent's lock: observing and releasing a transfer, and letting a
+//! peer go, never wait for it (another thread may hold it across a post that copies the data
+//! inside NIXL).
 
 use std::ptr::NonNull;
 use std::sync::mpsc;
@@ -61,7 +62,7 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
             let mut second = second;
             let seen = a.state(&mut second);
             let released = a.release(first).is_ok();
-            let parked = a.parked.lock().len();
+            let parked = a.inner.parked().0;
             let _ = tx.send((seen, released, parked, second));
         });
         let (seen, released, parked, second) = rx
@@ -89,7 +90,7 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
     // With the lock free, the transfer is observed, and its release takes the parked one.
     assert_eq!(settle(&a, &mut second), XferState::Done);
     assert!(a.release(second).is_ok());
-    assert_eq!(a.parked.lock().len(), 0);
+    assert_eq!(a.inner.parked(), (0, 0));
     assert_eq!(a.stats().live_transfers, 0);
 
     // One parked at revoke is released before the agent goes.
@@ -103,12 +104,13 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
             let _ = tx.send(a.release(third).is_ok());
         });
         assert!(rx.recv_timeout(HUNG).expect("release waited for the lock"));
+        assert_eq!(a.inner.parked(), (1, 0));
         drop(held);
     });
-    assert_eq!(a.parked.lock().len(), 1);
+    // Released by revoke at the latest (the notification thread may take the lock first).
     a.disconnect(peer);
     a.revoke();
-    assert_eq!(a.parked.lock().len(), 0);
+    assert_eq!(a.inner.parked(), (0, 0));
     assert_eq!(a.stats().live_transfers, 0);
     drop((a, b));
     assert_eq!(
@@ -122,6 +124,81 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
         "block 2 landed in 3"
     );
     assert_eq!(b_mem[..BLOCK_LEN], [7u8; BLOCK_LEN], "block 1 landed in 0");
+    assert_eq!(
+        b_mem[2 * BLOCK_LEN..3 * BLOCK_LEN],
+        [0u8; BLOCK_LEN],
+        "block 2 untouched"
+    );
+}
+
+#[test]
+fn letting_a_peer_go_never_waits_for_the_agents_lock() {
+    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+    let b_base = b_mem.as_ptr() as u64;
+    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    let (a, b) = unsafe {
+        (
+            NixlBackend::open(span(&mut a_mem), BackendOptions::new()).expect("open a"),
+            NixlBackend::open(span(&mut b_mem), BackendOptions::new()).expect("open b"),
+        )
+    };
+    let desc = PeerDescriptor::new("nixl", b.address(), b_base, BLOCKS, BLOCK_LEN as u64, "");
+    let peer = a.connect(&desc).expect("connect");
+    // Scattered blocks: the peer's per-block list is prepared, and is what parking keeps.
+    let mut x = a.post(&peer, Op::Write, &[0, 2], &[1, 3]).expect("post");
+    assert_eq!(settle(&a, &mut x), XferState::Done);
+    assert!(a.release(x).is_ok());
+    assert_eq!(a.stats().connected_peers, 1);
+
+    std::thread::scope(|s| {
+        // Another thread inside NIXL, as the posting thread is during a post.
+        let held = a.inner.lock();
+        let (tx, rx) = mpsc::channel();
+        let a = &a;
+        s.spawn(move || {
+            a.disconnect(peer);
+            let _ = tx.send(());
+        });
+        rx.recv_timeout(HUNG)
+            .expect("disconnect waited for the agent's lock");
+        assert_eq!(a.inner.parked(), (0, 1));
+        assert_eq!(
+            a.stats().connected_peers,
+            0,
+            "a peer let go is not connected"
+        );
+        let remotes = held.as_ref().map(|inner| inner.remotes.len());
+        assert_eq!(remotes, Some(1), "its agent's metadata waits for the lock");
+        drop(held);
+    });
+
+    // The notification thread takes the lock within milliseconds and releases the peer,
+    // unloading its agent's metadata (its only peer), with no call to the backend.
+    let deadline = Instant::now() + HUNG;
+    while a.inner.parked() != (0, 0) {
+        assert!(
+            Instant::now() < deadline,
+            "the parked peer was never released"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let remotes = a.inner.lock().as_ref().map(|inner| inner.remotes.len());
+    assert_eq!(remotes, Some(0));
+    // Connected again, it moves bytes: nothing of the former connection stands in the way.
+    let peer = a.connect(&desc).expect("connect again");
+    let mut x = a.post(&peer, Op::Write, &[1], &[0]).expect("post");
+    assert_eq!(settle(&a, &mut x), XferState::Done);
+    assert!(a.release(x).is_ok());
+    a.disconnect(peer);
+    a.revoke();
+    drop((a, b));
+    assert_eq!(b_mem[..BLOCK_LEN], [7u8; BLOCK_LEN], "block 1 landed in 0");
+    assert_eq!(
+        b_mem[BLOCK_LEN..2 * BLOCK_LEN],
+        [7u8; BLOCK_LEN],
+        "block 0 in 1"
+    );
+    assert_eq!(b_mem[3 * BLOCK_LEN..], [7u8; BLOCK_LEN], "block 2 in 3");
     assert_eq!(
         b_mem[2 * BLOCK_LEN..3 * BLOCK_LEN],
         [0u8; BLOCK_LEN],

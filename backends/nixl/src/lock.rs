@@ -1,0 +1,108 @@
+//! The agent's lock ([`AgentLock`]): every NIXL call is made under it, and a call made for
+//! the caller's `poll` never waits for it. What such a call could not release without waiting
+//! (a finished transfer's request, a peer let go) is parked here, and whoever takes the lock
+//! next releases it before anything else: a post, a connect, a status check that found the
+//! lock free, the notification thread (every few milliseconds), at the latest revoke.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use nixl_sys::XferRequest;
+use parking_lot::{Mutex, MutexGuard};
+
+use crate::agent::Inner;
+use crate::peer::Departing;
+
+/// The agent (`None` once revoked) behind one lock, and what waits for that lock's next holder.
+pub(crate) struct AgentLock {
+    agent: Mutex<Option<Inner>>,
+    parked: Mutex<Parked>,
+    /// Set after something is parked, so that most lock takers skip `parked`'s mutex.
+    any_parked: AtomicBool,
+}
+
+/// Released by the lock's next holder.
+#[derive(Default)]
+struct Parked {
+    /// Requests of finished transfers: they move no bytes, and no longer count as live.
+    requests: Vec<XferRequest>,
+    /// Peers let go: their lists and, with an agent's last peer, its metadata. They no longer
+    /// count as connected.
+    peers: Vec<Departing>,
+}
+
+impl AgentLock {
+    pub(crate) fn new(inner: Inner) -> Self {
+        AgentLock {
+            agent: Mutex::new(Some(inner)),
+            parked: Mutex::new(Parked::default()),
+            any_parked: AtomicBool::new(false),
+        }
+    }
+
+    /// Waits for the lock, then releases what was parked.
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Option<Inner>> {
+        let mut agent = self.agent.lock();
+        self.release_parked(&mut agent);
+        agent
+    }
+
+    /// The lock if no other thread holds it (then what was parked is released); never waits.
+    pub(crate) fn try_lock(&self) -> Option<MutexGuard<'_, Option<Inner>>> {
+        let mut agent = self.agent.try_lock()?;
+        self.release_parked(&mut agent);
+        Some(agent)
+    }
+
+    /// Parks a finished transfer's request for the lock's next holder.
+    pub(crate) fn park_request(&self, request: XferRequest) {
+        self.parked.lock().requests.push(request);
+        self.any_parked.store(true, Ordering::Release);
+    }
+
+    /// Parks a peer let go for the lock's next holder.
+    pub(crate) fn park_peer(&self, peer: Departing) {
+        self.parked.lock().peers.push(peer);
+        self.any_parked.store(true, Ordering::Release);
+    }
+
+    /// How many requests and peers are parked.
+    #[cfg(test)]
+    pub(crate) fn parked(&self) -> (usize, usize) {
+        let parked = self.parked.lock();
+        (parked.requests.len(), parked.peers.len())
+    }
+
+    /// Releases what was parked; `agent` is the lock's content, held.
+    fn release_parked(&self, agent: &mut Option<Inner>) {
+        // Cleared before the take: something parked in between is taken now, or sets the
+        // flag again for the next holder.
+        if !self.any_parked.swap(false, Ordering::Acquire) {
+            return;
+        }
+        let Parked { requests, peers } = std::mem::take(&mut *self.parked.lock());
+        match agent {
+            Some(inner) => {
+                drop(requests);
+                for peer in peers {
+                    inner.disconnect(peer);
+                }
+            }
+            // Parked after the agent went (revoke releases what was parked before it does):
+            // released now they would reach freed memory, so they are leaked.
+            None => {
+                std::mem::forget(requests);
+                peers.into_iter().for_each(Departing::forget);
+            }
+        }
+    }
+}
+
+impl Drop for AgentLock {
+    fn drop(&mut self) {
+        // Something parked after the last holder: released with the agent if it is still
+        // there, leaked if it is gone.
+        self.any_parked.store(true, Ordering::Relaxed);
+        let mut agent = self.agent.lock();
+        self.release_parked(&mut agent);
+    }
+}
