@@ -400,6 +400,12 @@ impl Backend for NixlBackend {
         // As in `state`, the caller does not wait for the agent's lock: with it busy, the
         // finished request (which moves no more bytes) is parked for the lock's next holder.
         match (self.inner.try_lock(), xfer.request.take()) {
+            (Some(agent), Some(request)) if agent.is_none() => {
+                // Never: transfers are released before revoke (and a status check of a
+                // revoked agent's transfer says running). Released now the request would
+                // reach freed memory, so it is leaked.
+                std::mem::forget(request);
+            }
             (Some(_agent), request) => drop(request),
             (None, Some(request)) => self.inner.park_request(request),
             (None, None) => {}
