@@ -202,7 +202,11 @@ pub fn pair<F: Fixture>(fx: &F, spec: &Spec) -> Pair<F::Transport> {
 
 /// Waits until `n` posts in all reached `plan`'s backend: a transport whose backend posts in
 /// the caller's thread (`posts_in_caller`) posts on its posting thread, and a case that acts
-/// on running transfers (held, cancelled, removed) needs them posted first.
+/// on running transfers (held, cancelled, removed) needs them posted first. It returns once
+/// the `n`th post has *begun* (the wrapper counts on entry): that post may not have returned
+/// yet, and until it does its transfer counts twice in `backend_stats().live_transfers` (the
+/// transport's and the backend's count), so a case reading that count right after waits for
+/// the figure it expects.
 pub fn posted(plan: &FaultPlan, n: u64) {
     assert!(
         plan.wait_posts(n, TIMEOUT),

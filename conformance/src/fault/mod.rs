@@ -197,7 +197,8 @@ impl FaultPlan {
         self.0.posts.load(Ordering::SeqCst)
     }
 
-    /// Waits until `n` posts reached the wrapper in total; false on timeout.
+    /// Waits until `n` posts reached the wrapper in total (counted as each post begins, before
+    /// the wrapped backend's post returns); false on timeout.
     ///
     /// ```
     /// let plan = blockwire_conformance::FaultPlan::new();
