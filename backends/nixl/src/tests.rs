@@ -36,18 +36,32 @@ fn settle(b: &NixlBackend, x: &mut NixlXfer) -> XferState {
     }
 }
 
-#[test]
-fn observing_and_releasing_never_wait_for_the_agents_lock() {
-    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+/// Two backends over `a_mem` and `b_mem`, and `b`'s descriptor.
+///
+/// # Safety
+///
+/// Both memories outlive both backends.
+unsafe fn open_pair(
+    a_mem: &mut [u8],
+    b_mem: &mut [u8],
+) -> (NixlBackend, NixlBackend, PeerDescriptor) {
     let b_base = b_mem.as_ptr() as u64;
-    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    // SAFETY: the caller keeps both memories alive for the backends.
     let (a, b) = unsafe {
         (
-            NixlBackend::open(span(&mut a_mem), BackendOptions::new()).expect("open a"),
-            NixlBackend::open(span(&mut b_mem), BackendOptions::new()).expect("open b"),
+            NixlBackend::open(span(a_mem), BackendOptions::new()).expect("open a"),
+            NixlBackend::open(span(b_mem), BackendOptions::new()).expect("open b"),
         )
     };
     let desc = PeerDescriptor::new("nixl", b.address(), b_base, BLOCKS, BLOCK_LEN as u64, "");
+    (a, b, desc)
+}
+
+#[test]
+fn observing_and_releasing_never_wait_for_the_agents_lock() {
+    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    let (a, b, desc) = unsafe { open_pair(&mut a_mem, &mut b_mem) };
     let peer = a.connect(&desc).expect("connect");
     let mut first = a.post(&peer, Op::Write, &[0], &[1]).expect("post");
     let second = a.post(&peer, Op::Write, &[2], &[3]).expect("post");
@@ -134,15 +148,8 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
 #[test]
 fn letting_a_peer_go_never_waits_for_the_agents_lock() {
     let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
-    let b_base = b_mem.as_ptr() as u64;
     // SAFETY: both vectors outlive both backends, dropped before them at the end.
-    let (a, b) = unsafe {
-        (
-            NixlBackend::open(span(&mut a_mem), BackendOptions::new()).expect("open a"),
-            NixlBackend::open(span(&mut b_mem), BackendOptions::new()).expect("open b"),
-        )
-    };
-    let desc = PeerDescriptor::new("nixl", b.address(), b_base, BLOCKS, BLOCK_LEN as u64, "");
+    let (a, b, desc) = unsafe { open_pair(&mut a_mem, &mut b_mem) };
     let peer = a.connect(&desc).expect("connect");
     // Scattered blocks: the peer's per-block list is prepared, and is what parking keeps.
     let mut x = a.post(&peer, Op::Write, &[0, 2], &[1, 3]).expect("post");
