@@ -37,6 +37,8 @@ def reply(**kw) -> None:
 def main() -> None:
     name, num_blocks, block_len = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     pieces = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    if pieces < 1 or num_blocks % pieces:
+        sys.exit(f"PIECES ({pieces}) must divide NUM_BLOCKS ({num_blocks})")
     try:
         from importlib.metadata import version
 

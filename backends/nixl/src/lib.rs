@@ -242,18 +242,7 @@ impl Backend for NixlBackend {
     fn disconnect(&self, peer: NixlPeer) {
         // The peer's last transfer may be released in the caller's poll, which never waits
         // for the agent's lock: with it busy, the peer is parked for its next holder.
-        let peer = peer.depart();
-        match self.inner.try_lock() {
-            Some(mut guard) => match guard.as_mut() {
-                Some(inner) => inner.disconnect(peer),
-                // The agent is gone (revoked): releasing the list would reach freed memory.
-                None => peer.forget(),
-            },
-            None => {
-                tracing::trace!("nixl: the agent's lock is busy; the peer let go is parked");
-                self.inner.park_peer(peer);
-            }
-        }
+        self.inner.release_peer(peer.depart());
     }
 
     fn post(
@@ -399,16 +388,8 @@ impl Backend for NixlBackend {
         }
         // As in `state`, the caller does not wait for the agent's lock: with it busy, the
         // finished request (which moves no more bytes) is parked for the lock's next holder.
-        match (self.inner.try_lock(), xfer.request.take()) {
-            (Some(agent), Some(request)) if agent.is_none() => {
-                // Never: transfers are released before revoke (and a status check of a
-                // revoked agent's transfer says running). Released now the request would
-                // reach freed memory, so it is leaked.
-                std::mem::forget(request);
-            }
-            (Some(_agent), request) => drop(request),
-            (None, Some(request)) => self.inner.park_request(request),
-            (None, None) => {}
+        if let Some(request) = xfer.request.take() {
+            self.inner.release_request(request);
         }
         Ok(())
     }

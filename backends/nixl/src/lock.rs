@@ -53,16 +53,36 @@ impl AgentLock {
         Some(agent)
     }
 
-    /// Parks a finished transfer's request for the lock's next holder.
-    pub(crate) fn park_request(&self, request: XferRequest) {
-        self.parked.lock().requests.push(request);
-        self.any_parked.store(true, Ordering::Release);
+    /// Releases a finished transfer's request now if the lock is free, else parks it for the
+    /// lock's next holder; never waits.
+    pub(crate) fn release_request(&self, request: XferRequest) {
+        self.release_or_park(Parked {
+            requests: vec![request],
+            peers: Vec::new(),
+        });
     }
 
-    /// Parks a peer let go for the lock's next holder.
-    pub(crate) fn park_peer(&self, peer: Departing) {
-        self.parked.lock().peers.push(peer);
-        self.any_parked.store(true, Ordering::Release);
+    /// Releases a peer let go now if the lock is free, else parks it for the lock's next
+    /// holder; never waits.
+    pub(crate) fn release_peer(&self, peer: Departing) {
+        self.release_or_park(Parked {
+            requests: Vec::new(),
+            peers: vec![peer],
+        });
+    }
+
+    fn release_or_park(&self, items: Parked) {
+        match self.try_lock() {
+            Some(mut agent) => release(&mut agent, items),
+            None => {
+                tracing::trace!("nixl: the agent's lock is busy; parked for its next holder");
+                let mut parked = self.parked.lock();
+                parked.requests.extend(items.requests);
+                parked.peers.extend(items.peers);
+                drop(parked);
+                self.any_parked.store(true, Ordering::Release);
+            }
+        }
     }
 
     /// How many requests and peers are parked.
@@ -79,20 +99,27 @@ impl AgentLock {
         if !self.any_parked.swap(false, Ordering::Acquire) {
             return;
         }
-        let Parked { requests, peers } = std::mem::take(&mut *self.parked.lock());
-        match agent {
-            Some(inner) => {
-                drop(requests);
-                for peer in peers {
-                    inner.disconnect(peer);
-                }
+        let parked = std::mem::take(&mut *self.parked.lock());
+        release(agent, parked);
+    }
+}
+
+/// Releases `items` under the agent's lock (`agent`, held).
+fn release(agent: &mut Option<Inner>, items: Parked) {
+    let Parked { requests, peers } = items;
+    match agent {
+        Some(inner) => {
+            drop(requests);
+            for peer in peers {
+                inner.disconnect(peer);
             }
-            // Parked after the agent went (revoke releases what was parked before it does):
-            // released now they would reach freed memory, so they are leaked.
-            None => {
-                std::mem::forget(requests);
-                peers.into_iter().for_each(Departing::forget);
-            }
+        }
+        // The agent is gone (revoke releases what was parked before it goes, and the
+        // transport releases every transfer before revoke): released now they would reach
+        // freed memory, so they are leaked.
+        None => {
+            std::mem::forget(requests);
+            peers.into_iter().for_each(Departing::forget);
         }
     }
 }
