@@ -140,6 +140,7 @@ mod raw_copy;
 mod remote;
 mod report;
 mod scale;
+mod stall;
 mod wake;
 
 use std::process::ExitCode;

@@ -158,6 +158,7 @@ impl Peer {
                     submit_p99_us: r.submit_p99_us,
                     submit_preempted: None,
                     submit_p99_on_core_us: None,
+                    spin_p99_us: None,
                     wake_p99_us: None,
                     poll_p999_us: None,
                     complete_avg_us: r.complete_avg_us,

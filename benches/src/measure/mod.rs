@@ -68,6 +68,14 @@ pub struct Point {
     /// threads not.
     #[serde(default)]
     pub submit_p99_on_core_us: Option<f64>,
+    /// 99th percentile of a spin as long as the median recent submit, timed right after submits
+    /// (at most one a millisecond) and kept when not preempted (see the `stall` module), µs:
+    /// what this machine under this load adds to any work that short, with no system call
+    /// and nothing shared (timer interrupts, softirqs, a hypervisor taking the virtual CPU).
+    /// The floor under `submit_p99_on_core_us`. `None` where not measured (the peers, older
+    /// runs).
+    #[serde(default)]
+    pub spin_p99_us: Option<f64>,
     /// 99th percentile of the time to wake a thread blocked on a channel, µs, timed right
     /// after submits (at most one a millisecond; see the `wake` module): what handing work
     /// to a sleeping thread costs the caller on this machine under this load. A submit that
@@ -206,6 +214,7 @@ pub(crate) fn throughput(
         submits_on_core,
         completes,
         wakes,
+        spins,
         polls,
         ..
     } = pumped;
@@ -213,6 +222,7 @@ pub(crate) fn throughput(
     let (submit_avg_us, submit_p99_us) = avg_p99(submits);
     let (complete_avg_us, complete_p99_us) = avg_p99(completes);
     let wake_p99_us = (!wakes.is_empty()).then(|| Summary::of(wakes).p99);
+    let spin_p99_us = (!spins.is_empty()).then(|| Summary::of(spins).p99);
     let poll_p999_us = (!polls.is_empty()).then(|| Summary::of(polls).p999);
     Ok(Point {
         backend: backend.to_owned(),
@@ -236,6 +246,7 @@ pub(crate) fn throughput(
         submit_p99_us,
         submit_preempted,
         submit_p99_on_core_us,
+        spin_p99_us,
         wake_p99_us,
         poll_p999_us,
         complete_avg_us,

@@ -6,6 +6,7 @@ use blockwire::{Op, PeerId, TransferId, Transport};
 
 use super::Summary;
 use crate::remote::PEER;
+use crate::stall::{SpinProbe, preemptions};
 use crate::wake::WakeProbe;
 use crate::{Args, Res, Shape, Waiting};
 
@@ -23,6 +24,9 @@ pub(crate) struct Pumped {
     pub(crate) completes: Vec<f64>,
     /// Each wake probe right after a submit, µs ([`WakeProbe`]).
     pub(crate) wakes: Vec<f64>,
+    /// Each spin as long as the median recent submit, right after a submit and not
+    /// preempted, µs ([`SpinProbe`]).
+    pub(crate) spins: Vec<f64>,
     /// Each `poll` call, µs: with [`Waiting::Sleep`] only (`poll_wait` sleeps by design).
     pub(crate) polls: Vec<f64>,
 }
@@ -45,6 +49,7 @@ impl Pumped {
         self.submits_on_core.extend(slice.submits_on_core);
         self.completes.extend(slice.completes);
         self.wakes.extend(slice.wakes);
+        self.spins.extend(slice.spins);
         self.polls.extend(slice.polls);
     }
 }
@@ -86,6 +91,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
     let mut polls = Vec::new();
     let mut wake = WakeProbe::start()?;
+    let mut spin = SpinProbe::default();
     short_timer_slack();
     let start = Instant::now();
     let mut completed_us = 0.0;
@@ -106,6 +112,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
                 submits_on_core.push(us);
             }
             wake.probe();
+            spin.after_submit(us);
             inflight.push((id, t));
         }
         if inflight.is_empty() {
@@ -152,6 +159,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         submits_on_core,
         completes,
         wakes: wake.finish(),
+        spins: spin.finish(),
         polls,
     })
 }
@@ -161,15 +169,6 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
 fn short_timer_slack() {
     // SAFETY: PR_SET_TIMERSLACK takes a value in ns and touches only the calling thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong) };
-}
-
-/// The calling thread's involuntary context switches so far (`None` where unknown).
-fn preemptions() -> Option<libc::c_long> {
-    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
-    // SAFETY: a writable rusage; RUSAGE_THREAD reads the calling thread's counters.
-    let ret = unsafe { libc::getrusage(libc::RUSAGE_THREAD, usage.as_mut_ptr()) };
-    // SAFETY: getrusage filled it in when it returned 0.
-    (ret == 0).then(|| unsafe { usage.assume_init() }.ru_nivcsw)
 }
 
 /// The share of `all` submits that are not in `on_core`, and the 99th percentile of those that

@@ -192,6 +192,7 @@ mod tests {
             submit_p99_us: 0.0,
             submit_preempted: None,
             submit_p99_on_core_us: None,
+            spin_p99_us: None,
             wake_p99_us: None,
             poll_p999_us: None,
             complete_avg_us: 0.0,
