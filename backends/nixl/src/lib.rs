@@ -159,7 +159,7 @@ use blockwire_core::{
     Op, PeerDescriptor, RegionSpan, XferState, decode_frame,
 };
 use nixl_sys::{XferOp, XferRequest, XferStatus};
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 
 pub use agent::{DEFAULT_PROGRESS_DELAY_US, agent_config};
 use agent::{Inner, nixl_error};
@@ -202,6 +202,37 @@ pub struct NixlXfer {
 }
 
 impl NixlBackend {
+    /// A transfer's state, asking NIXL under the agent's lock as `lock` takes it (`None`:
+    /// not taken, and the transfer reads as running).
+    fn observe<'a>(
+        &'a self,
+        xfer: &mut NixlXfer,
+        lock: impl FnOnce(&'a AgentLock) -> Option<MutexGuard<'a, Option<Inner>>>,
+    ) -> XferState {
+        if let Some(done) = &xfer.outcome {
+            return done.clone();
+        }
+        let Some(request) = &xfer.request else {
+            return XferState::Done;
+        };
+        let Some(guard) = lock(&self.inner) else {
+            return XferState::Running;
+        };
+        let status = match guard.as_ref() {
+            Some(inner) => inner.agent.get_xfer_status(request),
+            // Never: transfers are released before revoke.
+            None => return XferState::Running,
+        };
+        drop(guard);
+        let state = match status {
+            Ok(XferStatus::InProgress) => return XferState::Running,
+            Ok(XferStatus::Success) => XferState::Done,
+            Err(e) => XferState::Failed(FailureReason::StateCheck(format!("{}: {e}", xfer.what))),
+        };
+        xfer.outcome = Some(state.clone());
+        state
+    }
+
     /// The NIXL agent's name: the transport's name, or one generated for a backend opened
     /// without a transport. It is the sender NIXL reports with this backend's notifications.
     pub fn agent_name(&self) -> &str {
@@ -352,32 +383,16 @@ impl Backend for NixlBackend {
     }
 
     fn state(&self, xfer: &mut NixlXfer) -> XferState {
-        if let Some(done) = &xfer.outcome {
-            return done.clone();
-        }
-        let Some(request) = &xfer.request else {
-            return XferState::Done;
-        };
         // Never waits for the agent's lock: another thread holding it may be inside a NIXL
         // call that takes long (the posting thread's `postXferReq`, which with the UCX plugin
         // on one host copies the data in it: up to tens of ms), and the caller's `poll` must
         // not wait for that. The transfer is observed again at the next poll.
-        let Some(guard) = self.inner.try_lock() else {
-            return XferState::Running;
-        };
-        let status = match guard.as_ref() {
-            Some(inner) => inner.agent.get_xfer_status(request),
-            // Never: transfers are released before revoke.
-            None => return XferState::Running,
-        };
-        drop(guard);
-        let state = match status {
-            Ok(XferStatus::InProgress) => return XferState::Running,
-            Ok(XferStatus::Success) => XferState::Done,
-            Err(e) => XferState::Failed(FailureReason::StateCheck(format!("{}: {e}", xfer.what))),
-        };
-        xfer.outcome = Some(state.clone());
-        state
+        self.observe(xfer, AgentLock::try_lock)
+    }
+
+    fn state_blocking(&self, xfer: &mut NixlXfer) -> XferState {
+        // The stall watchdog, about to cut the peer: worth waiting for the post in progress.
+        self.observe(xfer, |lock| Some(lock.lock()))
     }
 
     fn release(&self, mut xfer: NixlXfer) -> Result<(), NixlXfer> {

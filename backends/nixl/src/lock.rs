@@ -1,5 +1,6 @@
 //! The agent's lock ([`AgentLock`]): every NIXL call is made under it, and a call made for
-//! the caller's `poll` never waits for it. What such a call could not release without waiting
+//! the caller's `poll` never waits for it, but for the stall watchdog's look before it cuts a
+//! peer (`Backend::state_blocking`). What such a call could not release without waiting
 //! (a finished transfer's request, a peer let go) is parked here, and whoever takes the lock
 //! next releases it before anything else: a post, a connect, a status check that found the
 //! lock free, the notification thread (every few milliseconds), at the latest revoke.

@@ -1,6 +1,6 @@
 //! The caller's side of the agent's lock: observing and releasing a transfer, and letting a
 //! peer go, never wait for it (another thread may hold it across a post that copies the data
-//! inside NIXL).
+//! inside NIXL); the stall watchdog's look (`state_blocking`) does.
 
 use std::ptr::NonNull;
 use std::sync::mpsc;
@@ -142,6 +142,46 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
         b_mem[2 * BLOCK_LEN..3 * BLOCK_LEN],
         [0u8; BLOCK_LEN],
         "block 2 untouched"
+    );
+}
+
+#[test]
+fn the_stall_watchdogs_look_waits_for_the_agents_lock() {
+    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    let (a, b, desc) = unsafe { open_pair(&mut a_mem, &mut b_mem) };
+    let peer = a.connect(&desc).expect("connect");
+    let x = a.post(&peer, Op::Write, &[0], &[1]).expect("post");
+    let mut x = std::thread::scope(|s| {
+        let held = a.inner.lock();
+        let (tx, rx) = mpsc::channel();
+        let a = &a;
+        s.spawn(move || {
+            let mut x = x;
+            let seen = a.state_blocking(&mut x);
+            let _ = tx.send((seen, x));
+        });
+        assert!(
+            rx.recv_timeout(Duration::from_millis(100)).is_err(),
+            "state_blocking answered without the agent's lock"
+        );
+        drop(held);
+        let (seen, x) = rx.recv_timeout(HUNG).expect("state_blocking hung");
+        assert!(
+            matches!(seen, XferState::Done | XferState::Running),
+            "{seen:?}"
+        );
+        x
+    });
+    assert_eq!(settle(&a, &mut x), XferState::Done);
+    assert!(a.release(x).is_ok());
+    a.disconnect(peer);
+    a.revoke();
+    drop((a, b));
+    assert_eq!(
+        b_mem[BLOCK_LEN..2 * BLOCK_LEN],
+        [7u8; BLOCK_LEN],
+        "block 0 landed in 1"
     );
 }
 

@@ -218,6 +218,54 @@ pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
     wait_done(a, &peer, &[again]);
 }
 
+/// The stall watchdog asks for certain before it cuts: a peer whose transfer finished, but
+/// whose backend's `state` cannot see it (a lock another thread holds across long library
+/// calls: nixl's posting thread, posting one large transfer after another for longer than the
+/// stall timeout), is not cut. Before the cut the watchdog observes with `state_blocking`, which
+/// waits for the lock; the transfer is then reported done, even while `state` still cannot see
+/// it. Injected with [`FaultPlan::state_busy`](crate::FaultPlan::state_busy).
+///
+/// Rules: R-STALL.
+pub(crate) fn finished_behind_a_busy_state_check_is_not_cut<F: Fixture>(fx: &F) {
+    let limit = Duration::from_millis(300);
+    let clock = ManualClock::new();
+    let spec = Spec::new(4, 4096)
+        .with_stall_timeout(Some(limit))
+        .with_clock(clock.clone());
+    let p = pair(fx, &spec);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
+    a.region().fill_block(0, 0x3C).expect("fill");
+    plan.state_busy(true);
+    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
+    eventually("the write landed at the peer", || {
+        p.b.region().block(0).is_ok_and(|b| b == vec![0x3C; 4096])
+    });
+    std::thread::sleep(FINISH_GRACE);
+    // Before the timeout a poll cannot see it: `state` reports it running.
+    let early = poll_for(a, Some(&peer), Duration::from_millis(20));
+    assert!(
+        early.is_empty(),
+        "seen through a busy state check: {early:?}"
+    );
+    clock.advance(limit * 4);
+    let seen = poll_for(a, Some(&peer), Duration::from_millis(20));
+    assert_eq!(
+        plan.peers_failed(),
+        0,
+        "a peer whose transfer finished was cut for a busy state check"
+    );
+    assert!(
+        matches!(seen.get(&id), Some(Ok(()))),
+        "the watchdog's certain look reports it done: {seen:?}"
+    );
+    plan.state_busy(false);
+    let again = a
+        .write_blocks(&peer, &[1], &[1])
+        .expect("a post after the check");
+    wait_done(a, &peer, &[again]);
+}
+
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer
 /// is reported within a bounded time, done (finished first) or failed as a remote disconnect;
 /// nothing hangs.

@@ -131,6 +131,10 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(failures::remote_disconnect_fails_in_bounded_time, FAULTS),
         case!(failures::stalled_peer_is_cut, FAULTS),
         case!(failures::finished_unpolled_peer_is_not_cut, FAULTS),
+        case!(
+            failures::finished_behind_a_busy_state_check_is_not_cut,
+            FAULTS
+        ),
         case!(failures::remote_close_fails_transfers, DISCONNECT),
         case!(failures::failed_submit_leaves_nothing_tracked, FAULTS),
         case!(deferred::held_post_does_not_hold_the_caller, FAULTS),

@@ -93,6 +93,36 @@ impl<B: Backend> FaultyBackend<B> {
         FaultyBackend { inner, plan }
     }
 
+    /// A transfer's state with the injected faults; `certain`: the inner backend's
+    /// `state_blocking`.
+    fn observe(&self, xfer: &mut FaultyXfer<B::Xfer>, certain: bool) -> XferState {
+        let held = self.held(xfer);
+        let Some(inner) = xfer.inner.as_mut() else {
+            return XferState::Failed(FailureReason::Backend(format!(
+                "{INJECTED}: notification lost"
+            )));
+        };
+        if self.disconnected() {
+            self.inner.abort(inner);
+            return XferState::Failed(FailureReason::RemoteDisconnect(format!(
+                "{INJECTED}: peer disconnected"
+            )));
+        }
+        if held {
+            return XferState::Running;
+        }
+        if self.plan.0.fail_state.load(Ordering::SeqCst) {
+            return XferState::Failed(FailureReason::StateCheck(format!(
+                "{INJECTED}: state check failed"
+            )));
+        }
+        if certain {
+            self.inner.state_blocking(inner)
+        } else {
+            self.inner.state(inner)
+        }
+    }
+
     fn held<X>(&self, x: &FaultyXfer<X>) -> bool {
         x.held && self.plan.0.transfers_held.load(Ordering::SeqCst)
     }
@@ -214,27 +244,14 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     }
 
     fn state(&self, xfer: &mut Self::Xfer) -> XferState {
-        let held = self.held(xfer);
-        let Some(inner) = xfer.inner.as_mut() else {
-            return XferState::Failed(FailureReason::Backend(format!(
-                "{INJECTED}: notification lost"
-            )));
-        };
-        if self.disconnected() {
-            self.inner.abort(inner);
-            return XferState::Failed(FailureReason::RemoteDisconnect(format!(
-                "{INJECTED}: peer disconnected"
-            )));
-        }
-        if held {
+        if self.plan.0.state_busy.load(Ordering::SeqCst) {
             return XferState::Running;
         }
-        if self.plan.0.fail_state.load(Ordering::SeqCst) {
-            return XferState::Failed(FailureReason::StateCheck(format!(
-                "{INJECTED}: state check failed"
-            )));
-        }
-        self.inner.state(inner)
+        self.observe(xfer, false)
+    }
+
+    fn state_blocking(&self, xfer: &mut Self::Xfer) -> XferState {
+        self.observe(xfer, true)
     }
 
     fn fail_peer(&self, peer: &Self::Peer) -> bool {

@@ -45,6 +45,7 @@ struct Plan {
     /// See [`FaultPlan::end_inside_post`].
     end_inside_post: Mutex<Option<Duration>>,
     fail_state: AtomicBool,
+    state_busy: AtomicBool,
     refuse_notifications: AtomicBool,
     lose_notifications: AtomicBool,
     release_busy: AtomicBool,
@@ -258,6 +259,17 @@ impl FaultPlan {
     /// ```
     pub fn fail_state_checks(&self, on: bool) {
         self.0.fail_state.store(on, Ordering::SeqCst);
+    }
+
+    /// While on, `state` reports every transfer running, as a backend does whose lock
+    /// another thread holds across a long library call (nixl's posting thread); only
+    /// `state_blocking`, which waits for that lock, sees what the library finished.
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().state_busy(false);
+    /// ```
+    pub fn state_busy(&self, on: bool) {
+        self.0.state_busy.store(on, Ordering::SeqCst);
     }
 
     /// While on, every release reports busy.

@@ -173,6 +173,17 @@ pub trait Backend: Send + Sync + 'static {
     /// observed again at the next poll.
     fn state(&self, xfer: &mut Self::Xfer) -> XferState;
 
+    /// Observes a transfer like [`state`](Backend::state), but for certain: where `state`
+    /// reports a transfer running only because the lock it needs was busy, this waits for
+    /// that lock. The stall watchdog calls it for a peer's transfers before it cuts the peer,
+    /// so that transfers finished behind another thread's long library call (nixl's posting
+    /// thread, posting one transfer after another for seconds) are not taken for a stall.
+    /// The default is `state`, right for every backend whose `state` never gives up on a
+    /// lock.
+    fn state_blocking(&self, xfer: &mut Self::Xfer) -> XferState {
+        self.state(xfer)
+    }
+
     /// Asks a running transfer to stop early (best effort; a backend that cannot stop an
     /// operation in flight does nothing). It then ends as done or failed as usual.
     fn abort(&self, xfer: &mut Self::Xfer) {

@@ -76,11 +76,12 @@ impl<B: Backend> PeerTransfers<B> {
             return;
         }
         // What the backend finished counts, polled or not: a caller may be cancel-waiting on
-        // another peer only.
+        // another peer only. Observed for certain: a backend whose `state` gives up on a busy
+        // lock (nixl, behind its posting thread) would make finished transfers look stalled.
         let mut running = false;
         for t in self.tracked.values_mut() {
             let seen = t.outcome.is_some();
-            if t.observe(backend) {
+            if t.observe_certain(backend) {
                 if !seen {
                     self.last_progress = clock.now();
                 }

@@ -65,9 +65,10 @@ impl<X> Pending<X> {
 }
 
 impl<B: Backend> Handle<B> {
-    /// Observes the transfer without blocking; a deferred one the posting thread posted
-    /// becomes a plain posted handle here.
-    pub(crate) fn state(&mut self, backend: &B) -> XferState {
+    /// Observes the transfer without blocking ([`Backend::state`]), or for `certain`
+    /// ([`Backend::state_blocking`], for the stall watchdog); a deferred one the posting
+    /// thread posted becomes a plain posted handle here.
+    pub(crate) fn state(&mut self, backend: &B, certain: bool) -> XferState {
         if let Handle::Deferred(slot) = self {
             let mut pending = slot.lock();
             if !matches!(*pending, Pending::Posted(_)) {
@@ -81,6 +82,7 @@ impl<B: Backend> Handle<B> {
             }
         }
         match self {
+            Handle::Posted(xfer) if certain => backend.state_blocking(xfer),
             Handle::Posted(xfer) => backend.state(xfer),
             // Replaced just above.
             Handle::Deferred(slot) => slot.lock().state(),

@@ -87,10 +87,20 @@ impl<B: Backend> Tracked<B> {
     /// toward its peer's health (unless the peer was removed meanwhile). A notified transfer
     /// whose data is in place posts its notification here and runs on as that.
     pub(super) fn observe(&mut self, backend: &B) -> bool {
+        self.observe_as(backend, false)
+    }
+
+    /// [`observe`](Self::observe), for certain ([`Backend::state_blocking`]): what the stall
+    /// watchdog reads before it cuts a peer.
+    pub(super) fn observe_certain(&mut self, backend: &B) -> bool {
+        self.observe_as(backend, true)
+    }
+
+    fn observe_as(&mut self, backend: &B, certain: bool) -> bool {
         if self.outcome.is_some() {
             return true;
         }
-        let mut state = self.xfer.state(backend);
+        let mut state = self.xfer.state(backend, certain);
         if !state.is_terminal() {
             return false;
         }
