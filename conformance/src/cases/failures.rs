@@ -3,7 +3,8 @@
 use std::time::{Duration, Instant};
 
 use blockwire::{
-    BackendErrorKind, CancelMode, Error, FailureReason, ManualClock, PeerFault, Transport,
+    BackendErrorKind, CancelMode, Error, FailureReason, ManualClock, PeerFault, TransferId,
+    Transport,
 };
 
 use crate::Fixture;
@@ -100,12 +101,7 @@ pub(crate) fn remote_disconnect_fails_in_bounded_time<F: Fixture>(fx: &F) {
 ///
 /// Rules: R-STALL, R-PEER-FAULT.
 pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
-    let limit = Duration::from_millis(300);
-    let clock = ManualClock::new();
-    let spec = Spec::new(4, 4096)
-        .with_stall_timeout(Some(limit))
-        .with_clock(clock.clone());
-    let p = pair(fx, &spec);
+    let (p, clock, limit) = watched_pair(fx);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
     plan.hold_transfers();
@@ -185,22 +181,10 @@ pub(crate) fn stalled_peer_is_cut<F: Fixture>(fx: &F) {
 ///
 /// Rules: R-STALL.
 pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
-    let limit = Duration::from_millis(300);
-    let clock = ManualClock::new();
-    let spec = Spec::new(4, 4096)
-        .with_stall_timeout(Some(limit))
-        .with_clock(clock.clone());
-    let p = pair(fx, &spec);
+    let (p, clock, limit) = watched_pair(fx);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
-    a.region().fill_block(0, 0x5A).expect("fill");
-    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
-    // The bytes land, then a grace for the backend to see its completion (a 4 KiB write
-    // finishes within it on any backend); nobody polls meanwhile.
-    eventually("the write landed at the peer", || {
-        p.b.region().block(0).is_ok_and(|b| b == vec![0x5A; 4096])
-    });
-    std::thread::sleep(FINISH_GRACE);
+    let id = write_and_let_land(&p, 0x5A);
     // Long past the timeout for the watchdog.
     clock.advance(limit * 4);
     // A cancel-wait that names no transfer of this peer runs the watchdog over every peer.
@@ -227,21 +211,11 @@ pub(crate) fn finished_unpolled_peer_is_not_cut<F: Fixture>(fx: &F) {
 ///
 /// Rules: R-STALL.
 pub(crate) fn finished_behind_a_busy_state_check_is_not_cut<F: Fixture>(fx: &F) {
-    let limit = Duration::from_millis(300);
-    let clock = ManualClock::new();
-    let spec = Spec::new(4, 4096)
-        .with_stall_timeout(Some(limit))
-        .with_clock(clock.clone());
-    let p = pair(fx, &spec);
+    let (p, clock, limit) = watched_pair(fx);
     let (a, peer) = (&p.a, p.peer.clone());
     let plan = p.plan();
-    a.region().fill_block(0, 0x3C).expect("fill");
     plan.state_busy(true);
-    let id = a.write_blocks(&peer, &[0], &[0]).expect("write");
-    eventually("the write landed at the peer", || {
-        p.b.region().block(0).is_ok_and(|b| b == vec![0x3C; 4096])
-    });
-    std::thread::sleep(FINISH_GRACE);
+    let id = write_and_let_land(&p, 0x3C);
     // Before the timeout a poll cannot see it: `state` reports it running.
     let early = poll_for(a, Some(&peer), Duration::from_millis(20));
     assert!(
@@ -264,6 +238,30 @@ pub(crate) fn finished_behind_a_busy_state_check_is_not_cut<F: Fixture>(fx: &F) 
         .write_blocks(&peer, &[1], &[1])
         .expect("a post after the check");
     wait_done(a, &peer, &[again]);
+}
+
+/// A pair of 4 blocks of 4 KiB whose initiator's stall watchdog cuts after 300 ms (the
+/// timeout, returned) of a [`ManualClock`] (returned) that the case advances.
+fn watched_pair<F: Fixture>(fx: &F) -> (Pair<F::Transport>, ManualClock, Duration) {
+    let limit = Duration::from_millis(300);
+    let clock = ManualClock::new();
+    let spec = Spec::new(4, 4096)
+        .with_stall_timeout(Some(limit))
+        .with_clock(clock.clone());
+    (pair(fx, &spec), clock, limit)
+}
+
+/// Writes `a`'s block 0, filled with `byte`, to the peer's block 0, waits until it landed,
+/// then gives the backend a grace to see its completion (a 4 KiB write finishes within it on
+/// any backend); nobody polls meanwhile.
+fn write_and_let_land<T: Transport>(p: &Pair<T>, byte: u8) -> TransferId {
+    p.a.region().fill_block(0, byte).expect("fill");
+    let id = p.a.write_blocks(&p.peer, &[0], &[0]).expect("write");
+    eventually("the write landed at the peer", || {
+        p.b.region().block(0).is_ok_and(|b| b == vec![byte; 4096])
+    });
+    std::thread::sleep(FINISH_GRACE);
+    id
 }
 
 /// The real thing: the peer transport closes while large transfers to it run. Every transfer
