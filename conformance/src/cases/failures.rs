@@ -240,6 +240,52 @@ pub(crate) fn finished_behind_a_busy_state_check_is_not_cut<F: Fixture>(fx: &F) 
     wait_done(a, &peer, &[again]);
 }
 
+/// The watchdog's look for certain waits for the backend (nixl: for its agent's lock), so it
+/// is made only while a cut is still to be decided: once the backend was asked to cut the
+/// stalled peer and could not, later polls look without waiting, and the peer stays faulted.
+/// Injected with [`FaultPlan::refuse_cuts`](crate::FaultPlan::refuse_cuts), counted with
+/// [`FaultPlan::certain_looks`](crate::FaultPlan::certain_looks).
+///
+/// Rules: R-STALL, R-PEER-FAULT.
+pub(crate) fn uncut_stall_is_looked_at_for_certain_once<F: Fixture>(fx: &F) {
+    let (p, clock, limit) = watched_pair(fx);
+    let (a, peer) = (&p.a, p.peer.clone());
+    let plan = p.plan();
+    plan.hold_transfers();
+    plan.refuse_cuts(true);
+    let ids = [
+        a.write_blocks(&peer, &[0], &[0]).expect("write"),
+        a.write_blocks(&peer, &[1], &[1]).expect("write"),
+    ];
+    crate::support::posted(plan, 2);
+    clock.advance(limit * 2);
+    let fault = a.poll(Some(&peer)).expect("poll").peer_fault;
+    assert_eq!(plan.peers_failed(), 1, "the backend was asked to cut once");
+    assert_eq!(
+        fault,
+        Some(PeerFault::Stalled(limit)),
+        "the stall faults the peer"
+    );
+    let looks = plan.certain_looks();
+    assert!(looks >= 1, "no look for certain before the cut");
+    clock.advance(limit * 2);
+    let later = poll_for(a, Some(&peer), Duration::from_millis(20));
+    assert!(later.is_empty(), "held transfers reported: {later:?}");
+    assert_eq!(
+        plan.certain_looks(),
+        looks,
+        "polls after the refused cut still waited for a look for certain"
+    );
+    assert_eq!(plan.peers_failed(), 1, "the backend was asked again");
+    plan.refuse_cuts(false);
+    plan.release_transfers();
+    let seen = wait_for(a, Some(&peer), &ids);
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    eventually("every transfer released", || {
+        a.poll(None).is_ok() && a.backend_stats().live_transfers == 0
+    });
+}
+
 /// A pair of 4 blocks of 4 KiB whose initiator's stall watchdog cuts after 300 ms (the
 /// timeout, returned) of a [`ManualClock`] (returned) that the case advances.
 fn watched_pair<F: Fixture>(fx: &F) -> (Pair<F::Transport>, ManualClock, Duration) {

@@ -135,6 +135,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
             failures::finished_behind_a_busy_state_check_is_not_cut,
             FAULTS
         ),
+        case!(failures::uncut_stall_is_looked_at_for_certain_once, FAULTS),
         case!(failures::remote_close_fails_transfers, DISCONNECT),
         case!(failures::failed_submit_leaves_nothing_tracked, FAULTS),
         case!(deferred::held_post_does_not_hold_the_caller, FAULTS),

@@ -251,11 +251,15 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     }
 
     fn state_blocking(&self, xfer: &mut Self::Xfer) -> XferState {
+        self.plan.0.certain_looks.fetch_add(1, Ordering::SeqCst);
         self.observe(xfer, true)
     }
 
     fn fail_peer(&self, peer: &Self::Peer) -> bool {
         self.plan.0.peers_failed.fetch_add(1, Ordering::SeqCst);
+        if self.plan.0.refuse_cuts.load(Ordering::SeqCst) {
+            return false;
+        }
         if !self.plan.0.transfers_held.load(Ordering::SeqCst) {
             // Nothing injected holds the peer's transfers: the stall is real, and so is the
             // cut.

@@ -46,6 +46,9 @@ struct Plan {
     end_inside_post: Mutex<Option<Duration>>,
     fail_state: AtomicBool,
     state_busy: AtomicBool,
+    /// `state_blocking` calls.
+    certain_looks: AtomicUsize,
+    refuse_cuts: AtomicBool,
     refuse_notifications: AtomicBool,
     lose_notifications: AtomicBool,
     release_busy: AtomicBool,
@@ -270,6 +273,27 @@ impl FaultPlan {
     /// ```
     pub fn state_busy(&self, on: bool) {
         self.0.state_busy.store(on, Ordering::SeqCst);
+    }
+
+    /// How many times the transport asked for a transfer's state for certain
+    /// (`state_blocking`: the stall watchdog, before a cut).
+    ///
+    /// ```
+    /// assert_eq!(blockwire_conformance::FaultPlan::new().certain_looks(), 0);
+    /// ```
+    pub fn certain_looks(&self) -> usize {
+        self.0.certain_looks.load(Ordering::SeqCst)
+    }
+
+    /// While on, the backend cannot cut a peer: `fail_peer` counts the call and returns
+    /// `false`, and held transfers stay held (as a backend without a cut leaves them to the
+    /// library).
+    ///
+    /// ```
+    /// blockwire_conformance::FaultPlan::new().refuse_cuts(false);
+    /// ```
+    pub fn refuse_cuts(&self, on: bool) {
+        self.0.refuse_cuts.store(on, Ordering::SeqCst);
     }
 
     /// While on, every release reports busy.

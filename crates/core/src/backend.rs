@@ -170,14 +170,18 @@ pub trait Backend: Send + Sync + 'static {
     /// Observes a transfer without blocking. The caller's `poll` calls it: where the lock it
     /// needs may be held by another thread across a library call that moves data (nixl's
     /// posting thread), it reports the transfer running rather than wait, and the transfer is
-    /// observed again at the next poll.
+    /// observed again at the next poll (such a backend also implements
+    /// [`state_blocking`](Backend::state_blocking)).
     fn state(&self, xfer: &mut Self::Xfer) -> XferState;
 
     /// Observes a transfer like [`state`](Backend::state), but for certain: where `state`
     /// reports a transfer running only because the lock it needs was busy, this waits for
     /// that lock. The stall watchdog calls it for a peer's transfers before it cuts the peer,
-    /// so that transfers finished behind another thread's long library call (nixl's posting
-    /// thread, posting one transfer after another for seconds) are not taken for a stall.
+    /// so that transfers finished behind another thread's library calls (nixl's posting
+    /// thread, posting one large transfer after another, longer than the stall timeout) are
+    /// not taken for a stall. It runs in the caller's `poll` or `cancel`, only for a peer that
+    /// has completed nothing for the stall timeout, and only until the cut is made (or found
+    /// impossible).
     /// The default is `state`, right for every backend whose `state` never gives up on a
     /// lock.
     fn state_blocking(&self, xfer: &mut Self::Xfer) -> XferState {

@@ -76,12 +76,23 @@ impl<B: Backend> PeerTransfers<B> {
             return;
         }
         // What the backend finished counts, polled or not: a caller may be cancel-waiting on
-        // another peer only. Observed for certain: a backend whose `state` gives up on a busy
-        // lock (nixl, behind its posting thread) would make finished transfers look stalled.
+        // another peer only. Observed for certain while a cut is still to be decided: a
+        // backend whose `state` gives up on a busy lock (nixl, behind its posting thread)
+        // would make finished transfers look stalled. Once every connection here was cut (or
+        // could not be), later polls look without waiting again.
+        let deciding = self
+            .tracked
+            .values()
+            .any(|t| t.outcome.is_none() && !t.conn.is_retired() && !t.conn.is_stalled());
         let mut running = false;
         for t in self.tracked.values_mut() {
             let seen = t.outcome.is_some();
-            if t.observe_certain(backend) {
+            let finished = if deciding {
+                t.observe_certain(backend)
+            } else {
+                t.observe(backend)
+            };
+            if finished {
                 if !seen {
                     self.last_progress = clock.now();
                 }
