@@ -267,7 +267,11 @@ pub(crate) fn uncut_stall_is_looked_at_for_certain_once<F: Fixture>(fx: &F) {
         "the stall faults the peer"
     );
     let looks = plan.certain_looks();
-    assert!(looks >= 1, "no look for certain before the cut");
+    assert_eq!(
+        looks,
+        ids.len(),
+        "one look for certain at each running transfer before the cut"
+    );
     clock.advance(limit * 2);
     let later = poll_for(a, Some(&peer), Duration::from_millis(20));
     assert!(later.is_empty(), "held transfers reported: {later:?}");

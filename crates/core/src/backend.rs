@@ -181,9 +181,8 @@ pub trait Backend: Send + Sync + 'static {
     /// thread, posting one large transfer after another, longer than the stall timeout) are
     /// not taken for a stall. It runs in the caller's `poll` or `cancel`, only for a peer that
     /// has completed nothing for the stall timeout, and only until the cut is made (or found
-    /// impossible).
-    /// The default is `state`, right for every backend whose `state` never gives up on a
-    /// lock.
+    /// impossible). The default is `state`, right for every backend whose `state` never
+    /// gives up on a lock.
     fn state_blocking(&self, xfer: &mut Self::Xfer) -> XferState {
         self.state(xfer)
     }
