@@ -51,8 +51,9 @@
 //!   connections (data arriving for them is refused by the kernel); `fi_av_remove` is no cut:
 //!   in 1.17 the connection goes on, and READ data landed in the local region after it once a
 //!   cut network link came back (`conformance/tests/two_hosts.rs`). On `shm` the provider
-//!   copies WRITEs through the target process (READs in the initiator's own post, from the
-//!   target's memory: a hole in close's guarantee, SECURITY.md), so a live peer is never cut; one whose process has
+//!   copies WRITEs through the target process, so a live peer is never cut (READs it serves
+//!   in the initiator's own post, from the target's memory: they hold the target's endpoint
+//!   file locked, which its close waits for, see `guard`); one whose process has
 //!   exited (watched through a pidfd, the pid being in its endpoint name) is: the first post
 //!   to it after it exited is refused and cuts the link, which fails its transfers in flight.
 //!   libfabric 1.17's `shm` would otherwise spin forever in `fi_writemsg` to a peer killed
@@ -141,6 +142,7 @@ mod cq;
 mod endpoint;
 mod errors;
 mod fabric;
+mod guard;
 mod link;
 mod local;
 mod notify;

@@ -17,6 +17,7 @@ use crate::completion::Transfer;
 use crate::endpoint::Endpoint;
 use crate::errors;
 use crate::fabric::Fabric;
+use crate::guard::{ReadGuard, ReadLock, ReadTarget};
 use crate::local;
 
 /// One remote endpoint: its address-vector entry, whether it was cut, and the transfers posted
@@ -38,6 +39,9 @@ pub(crate) struct Link {
     /// The `shm` provider's file of a peer in another process: the provider removes it when
     /// the peer's endpoint closes, after which that peer never serves an operation again.
     shm_file: Option<PathBuf>,
+    /// That file, open: READs to the peer hold its shared lock, which the peer's close waits
+    /// for (`crate::guard`). `None` with `shm_file` when the file was gone at the connect.
+    read_lock: Option<ReadLock>,
     /// Transfers with operations queued for the retry thread to post (`crate::retry`):
     /// later posts queue behind them.
     pub(crate) queued: AtomicUsize,
@@ -171,22 +175,27 @@ impl Link {
         self.hold()
     }
 
+    /// A post's guard against the peer's close for its READs (`crate::guard`).
+    pub(crate) fn read_guard(&self) -> ReadGuard<'_> {
+        ReadGuard::new(self, self.read_lock.as_ref())
+    }
+
+    /// Cuts the link after a post found its `shm` peer closed or closing (`why`), once the
+    /// post let go of the link.
+    pub(crate) fn cut_closed(&self, why: &str) {
+        self.cut(why, false);
+    }
+
     /// Why the `shm` peer in another process will never serve an operation again: its
-    /// process exited, or its endpoint closed (the provider removed its file). `None` while
-    /// it may.
+    /// process exited, or its endpoint closed (the peer removed its file). `None` while it
+    /// may.
     fn gone(&self) -> Option<String> {
         let process = self.process.as_ref()?;
         if process.has_exited() {
             return Some(format!("the peer process {} has exited", process.pid()));
         }
         let file = self.shm_file.as_ref()?;
-        (!file.exists()).then(|| {
-            format!(
-                "the peer's endpoint in process {} closed ({} is gone)",
-                process.pid(),
-                file.display()
-            )
-        })
+        (!file.exists()).then(|| format!("{} closed ({} is gone)", self.describe(), file.display()))
     }
 
     /// Removes the region file of a `shm` peer whose process exited: the provider removes it
@@ -262,6 +271,20 @@ impl Link {
             .fail_posted(FailureReason::RemoteDisconnect(format!(
                 "the connection was cut: {why}"
             )));
+    }
+}
+
+impl ReadTarget for Link {
+    fn gone(&self) -> Option<String> {
+        Link::gone(self)
+    }
+
+    /// `the peer's endpoint in process <pid>`.
+    fn describe(&self) -> String {
+        match &self.process {
+            Some(p) => format!("the peer's endpoint in process {}", p.pid()),
+            None => "the peer's endpoint".to_owned(),
+        }
     }
 }
 
@@ -352,6 +375,15 @@ impl Links {
             (Some(_), Some(file)) => Some(PathBuf::from(crate::reap::SHM_DIR).join(file)),
             _ => None,
         };
+        let read_lock = match &shm_file {
+            Some(file) => ReadLock::open(file).map_err(|e| {
+                BackendError::other(format!(
+                    "opening the peer's endpoint file {}: {e}",
+                    file.display()
+                ))
+            })?,
+            None => None,
+        };
         Ok(Arc::new(Link {
             shared_addr,
             name: name.to_vec(),
@@ -359,6 +391,7 @@ impl Links {
             peers: AtomicUsize::new(1),
             process,
             shm_file,
+            read_lock,
             queued: AtomicUsize::new(0),
             _peer_fabric: peer_fabric,
         }))

@@ -161,10 +161,30 @@ pub(crate) unsafe fn submit(
     let route = link.route(&held, (fabric.ep, &fabric.outstanding))?;
     // Behind operations already queued for this peer, in order.
     let mut queue_from = (link.queued.load(Ordering::Acquire) > 0).then_some(0);
+    // READs hold off a closing shm target in another process (`crate::guard`).
+    let mut reads = link.read_guard();
+    let mut closed = None;
     if queue_from.is_none() {
         for (i, rma) in ops.iter().enumerate() {
+            if let Err(why) = reads.admit(rma) {
+                if i == 0 {
+                    drop((reads, held));
+                    link.cut_closed(&why);
+                    return Err(BackendError::new(
+                        BackendErrorKind::RemoteDisconnect,
+                        format!("the connection to this peer was cut: {why}"),
+                    ));
+                }
+                // Earlier operations are in flight: they finish, then the transfer fails.
+                transfer
+                    .cell
+                    .note_failure(FailureReason::RemoteDisconnect(why.clone()));
+                closed = Some(why);
+                break;
+            }
             // SAFETY: per this function's contract; the link holds its address-vector entry.
             let ret = unsafe { post_one(&route, fabric.desc, rma, transfer) };
+            reads.posted(rma);
             if ret == EAGAIN {
                 queue_from = Some(i);
                 break;
@@ -179,6 +199,7 @@ pub(crate) unsafe fn submit(
             }
         }
     }
+    drop(reads);
     held.track(transfer);
     match queue_from {
         // The provider refused more for now: the retry thread posts the rest (`crate::retry`).
@@ -190,6 +211,9 @@ pub(crate) unsafe fn submit(
         None => transfer.all_posted(),
     }
     drop(held);
+    if let Some(why) = closed {
+        link.cut_closed(&why);
+    }
     if queue_from.is_some() {
         fabric.retries.kick();
     }

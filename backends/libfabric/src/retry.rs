@@ -310,9 +310,17 @@ unsafe fn post_queued(
         Ok(route) => route,
         Err(e) => return Some(as_reason(&e)),
     };
+    // READs hold off a closing shm target in another process (`crate::guard`).
+    let mut reads = link.read_guard();
     while let Some(op) = q.ops.front() {
+        if let Err(why) = reads.admit(op) {
+            drop((reads, held));
+            link.cut_closed(&why);
+            return Some(FailureReason::RemoteDisconnect(why));
+        }
         // SAFETY: per this function's contract.
         let ret = unsafe { post_one(&route, main.2, op, &q.transfer) };
+        reads.posted(op);
         if ret == EAGAIN {
             if q.since.elapsed() > give_up_after {
                 return Some(FailureReason::RemoteDisconnect(format!(

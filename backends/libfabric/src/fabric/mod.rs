@@ -125,8 +125,10 @@ impl Fabric {
     /// this backend is held). The provider copies into and out of the region only in this
     /// side's progress, after checking the key: so the progress thread stops, and the
     /// registration closes. On `tcp` and the like the receiving endpoint closes too (peers'
-    /// connections reset: their transfers fail). On `shm` the endpoint's file is removed (a
-    /// peer in another process sees it gone and cuts its link), this process's endpoints that
+    /// connections reset: their transfers fail). On `shm` the endpoint's file is removed
+    /// first, and the READs peers in other processes posted before are waited for (they copy
+    /// in the peer's own post, `crate::guard`; such a peer sees the file gone and cuts its
+    /// link), this process's endpoints that
     /// link to it are cut, and the endpoint itself closes with the last of them
     /// (`crate::local`).
     pub(crate) fn revoke(&self) {
@@ -135,6 +137,15 @@ impl Fabric {
             return;
         }
         let shm = self.provider == "shm";
+        // First, on shm: peers in other processes post no more READs, and those they posted
+        // (copied inside their own post, not by this side's progress) have returned
+        // (`crate::guard`). The endpoint's file goes with it: such a peer sees it gone and
+        // cuts its link.
+        if let (true, Some(file)) = (shm, crate::link::shm_file_name(&self.name)) {
+            let path = std::path::Path::new(crate::reap::SHM_DIR).join(file);
+            let waited = crate::guard::close_to_reads(&path);
+            tracing::debug!(?waited, "libfabric shm: peers' READs stopped");
+        }
         // Nothing arriving from now on reaches the inbox.
         if let Some(recv) = &self.recv {
             recv.close();
@@ -165,12 +176,6 @@ impl Fabric {
             if !shm && !wedged && !self.ep.is_null() {
                 close("closing the endpoint", &mut (*self.ep).fid);
                 done.ep_closed = true;
-            }
-        }
-        if let (true, Some(file)) = (shm, crate::link::shm_file_name(&self.name)) {
-            let path = std::path::Path::new("/dev/shm").join(file);
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::debug!(path = %path.display(), error = %e, "removing the shm endpoint's file");
             }
         }
         *revoked = Some(done);

@@ -17,11 +17,14 @@
 //!   preempts the caller's threads when woken);
 //! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
 //!   sides, as runs a backend moves with one operation each;
-//! - [`advise_huge_pages`]: the transparent-huge-page hint for large mappings.
+//! - [`advise_huge_pages`]: the transparent-huge-page hint for large mappings;
+//! - [`fence`]: a target's close against same-host peers that copy into or out of its memory
+//!   inside their own posts.
 
 mod address;
 mod cell;
 mod doorbell;
+pub mod fence;
 mod inbox;
 mod link;
 mod live;

@@ -1,0 +1,340 @@
+//! A target's close against peer processes on its host that copy straight into or out of its
+//! memory inside their own posts.
+//!
+//! Some libraries move same-host data in the initiator's post, with `process_vm_readv` or
+//! `process_vm_writev` on the target process: libfabric 1.17's `shm` provider for READs
+//! without `FI_DELIVERY_COMPLETE`, UCX's `cma` transport (so NIXL's UCX plugin) for puts and
+//! gets. Nothing the target does stops such a copy: closing its endpoint or destroying its
+//! agent only stops the copies its own progress makes. The two sides therefore agree through
+//! a file both hold open, each with an open of its own (`flock` locks belong to an open file,
+//! so the two sides' locks conflict):
+//!
+//! - an initiator posts under a shared lock of the target's file ([`SharedFlock::acquire`]),
+//!   taken before it checks that the target has not closed, and given back after the post;
+//! - a closing target first marks itself closed, then takes the lock exclusively
+//!   ([`wait_exclusive`]), which it gets only once every post that checked before the mark
+//!   has returned, its copy done. A post that checks later sees the mark, or finds the lock
+//!   taken (`acquire` says `false`), and is refused.
+//!
+//! A target waits at most [`CLOSE_WAIT`] (an initiator stopped inside a post keeps its lock):
+//! past it the close goes on, and says so at `error` level.
+//!
+//! [`CloseFence`] is such a file for a backend that has none: a memfd, named in the backend's
+//! address by pid, descriptor number and a random token ([`FenceRef`]); a peer reopens it
+//! through `/proc/<pid>/fd/<n>` ([`PeerFence::open`]), which needs the same permission as
+//! `process_vm_readv` into that process: a peer that cannot reopen it (another host, another
+//! pid namespace, no ptrace access) cannot copy into the target that way either.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::BackendError;
+use crate::kit::{AddressReader, AddressWriter};
+
+/// How long a closing target waits for the posts that checked before its close to return.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
+
+/// `flock(2)` without waiting: `Ok(false)` when another open of the file holds a conflicting
+/// lock. (`File::try_lock` and friends need Rust 1.89, past the workspace's MSRV.)
+fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+    // SAFETY: `flock` on a descriptor this `File` owns and keeps open through the call.
+    let ret = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
+    if ret == 0 {
+        return Ok(true);
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        io::ErrorKind::WouldBlock => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// An initiator's open of a target's file, whose shared lock its posts hold.
+///
+/// The open is shared by every post to the target (a backend's posting and retry threads),
+/// and a lock belongs to the open, not to a thread: the first holder takes it and the last
+/// gives it back.
+///
+/// ```
+/// use blockwire_core::kit::fence::{SharedFlock, wait_exclusive};
+/// let path = std::env::temp_dir().join(format!("bw-fence-doc-{}", std::process::id()));
+/// std::fs::write(&path, b"target")?;
+/// let posts = SharedFlock::new(std::fs::File::open(&path)?);
+/// assert!(posts.acquire()?, "the target is not closing");
+/// posts.release();
+/// // The target's close gets the lock at once: no post holds it.
+/// assert!(wait_exclusive(&std::fs::File::open(&path)?, std::time::Duration::ZERO).is_ok());
+/// # std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub struct SharedFlock {
+    file: File,
+    holders: Mutex<usize>,
+}
+
+impl SharedFlock {
+    /// Posts to the target whose file `file` is (this side's own open of it).
+    pub fn new(file: File) -> Self {
+        SharedFlock {
+            file,
+            holders: Mutex::new(0),
+        }
+    }
+
+    /// The file, to read the target's mark from.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// One more holder. `Ok(false)` when the target holds the lock: it is closing, and the
+    /// caller must not post (nor [`release`](Self::release)).
+    pub fn acquire(&self) -> io::Result<bool> {
+        let mut holders = self.holders.lock();
+        if *holders == 0 && !try_flock(&self.file, libc::LOCK_SH)? {
+            return Ok(false);
+        }
+        *holders += 1;
+        Ok(true)
+    }
+
+    /// One holder fewer; the last gives the lock back.
+    pub fn release(&self) {
+        let mut holders = self.holders.lock();
+        *holders = holders.saturating_sub(1);
+        if *holders == 0 {
+            if let Err(e) = try_flock(&self.file, libc::LOCK_UN) {
+                tracing::warn!(error = %e, "giving back a close fence's shared lock");
+            }
+        }
+    }
+}
+
+/// A closing target's wait (see the module docs): takes `file`'s lock exclusively, which
+/// means no peer's post that checked before the target's mark is still running, and gives it
+/// back. `Ok(waited)`; `Err(waited)` when a peer still held it after `bound`, or the lock
+/// failed (logged).
+pub fn wait_exclusive(file: &File, bound: Duration) -> Result<Duration, Duration> {
+    let started = Instant::now();
+    let mut nap = Duration::from_micros(20);
+    loop {
+        match try_flock(file, libc::LOCK_EX) {
+            // Given back at once: a later holder sees the mark.
+            Ok(true) => {
+                if let Err(e) = try_flock(file, libc::LOCK_UN) {
+                    tracing::warn!(error = %e, "giving back a close fence's lock");
+                }
+                return Ok(started.elapsed());
+            }
+            Ok(false) if started.elapsed() < bound => {
+                std::thread::sleep(nap);
+                nap = (nap * 2).min(Duration::from_millis(2));
+            }
+            Ok(false) => {
+                tracing::error!(
+                    waited = ?started.elapsed(),
+                    "a peer process is still inside a post to this closed transport: the close \
+                     goes on, and that post may copy into or out of the region after it"
+                );
+                return Err(started.elapsed());
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "locking a close fence: peers' posts not waited for");
+                return Err(started.elapsed());
+            }
+        }
+    }
+}
+
+const MAGIC: &[u8; 8] = b"BWFENCE1";
+const TOKEN_LEN: usize = 16;
+/// Where the closed mark is: after the magic and the token.
+const MARK_AT: u64 = (MAGIC.len() + TOKEN_LEN) as u64;
+
+/// Where a peer finds a target's [`CloseFence`]: in the target's address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FenceRef {
+    /// The target's process.
+    pub pid: u32,
+    /// The fence's descriptor number in that process.
+    pub fd: u32,
+    /// What the file holds after its magic: tells it from any other file that descriptor
+    /// could be.
+    pub token: [u8; TOKEN_LEN],
+}
+
+impl FenceRef {
+    /// Appends `fence` (or its absence) to an address.
+    ///
+    /// ```
+    /// use blockwire_core::kit::{AddressReader, AddressWriter, fence::FenceRef};
+    /// let f = FenceRef { pid: 7, fd: 3, token: [1; 16] };
+    /// let bytes = FenceRef::write(Some(&f), AddressWriter::new(b"")).finish();
+    /// let mut r = AddressReader::new("x", b"", &bytes)?;
+    /// assert_eq!(FenceRef::read(&mut r)?, Some(f));
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn write(fence: Option<&FenceRef>, w: AddressWriter) -> AddressWriter {
+        match fence {
+            None => w.u8(0),
+            Some(f) => w
+                .u8(1)
+                .u64(u64::from(f.pid))
+                .u64(u64::from(f.fd))
+                .bytes(&f.token),
+        }
+    }
+
+    /// Reads what [`FenceRef::write`] appended.
+    pub fn read(r: &mut AddressReader<'_>) -> Result<Option<FenceRef>, BackendError> {
+        match r.u8("close fence")? {
+            0 => Ok(None),
+            1 => {
+                let pid = r.u64("close fence pid")?;
+                let fd = r.u64("close fence descriptor")?;
+                let token = r.bytes("close fence token", TOKEN_LEN)?;
+                let (Ok(pid), Ok(fd), Ok(token)) =
+                    (u32::try_from(pid), u32::try_from(fd), token.try_into())
+                else {
+                    return Err(r.bad("close fence out of range"));
+                };
+                Ok(Some(FenceRef { pid, fd, token }))
+            }
+            _ => Err(r.bad("close fence flag is neither 0 nor 1")),
+        }
+    }
+}
+
+/// A target's fence: a memfd holding a magic, a random token and the closed mark, which its
+/// peers reopen and lock around their posts (see the module docs).
+///
+/// ```
+/// use blockwire_core::kit::fence::{CloseFence, PeerFence};
+/// let target = CloseFence::create()?;
+/// let peer = PeerFence::open(&target.reference()).expect("this process can reopen it");
+/// let post = peer.hold().expect("not closed");
+/// drop(post); // the post returned
+/// assert!(target.close().is_ok());
+/// assert!(peer.hold().is_err(), "a post after the close is refused");
+/// # Ok::<(), blockwire_core::BackendError>(())
+/// ```
+pub struct CloseFence {
+    file: File,
+    reference: FenceRef,
+}
+
+impl CloseFence {
+    /// A new fence, not closed.
+    pub fn create() -> Result<Self, BackendError> {
+        let fail = |what: &str| BackendError::from_io(what, &io::Error::last_os_error());
+        // SAFETY: a NUL-terminated name and flags; returns a new descriptor or -1.
+        let fd =
+            unsafe { libc::memfd_create(c"blockwire-close-fence".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(fail("memfd_create for the close fence"));
+        }
+        // SAFETY: `fd` is a new descriptor nothing else owns.
+        let file = unsafe { File::from_raw_fd(fd) };
+        let mut token = [0u8; TOKEN_LEN];
+        // SAFETY: `token` is writable for its whole length, which is what is passed.
+        let n = unsafe { libc::getrandom(token.as_mut_ptr().cast(), TOKEN_LEN, 0) };
+        if n != TOKEN_LEN as isize {
+            return Err(fail("getrandom for the close fence's token"));
+        }
+        let mut content = MAGIC.to_vec();
+        content.extend_from_slice(&token);
+        content.push(0);
+        file.write_all_at(&content, 0)
+            .map_err(|e| BackendError::from_io("writing the close fence", &e))?;
+        let reference = FenceRef {
+            pid: std::process::id(),
+            fd: fd.unsigned_abs(),
+            token,
+        };
+        Ok(CloseFence { file, reference })
+    }
+
+    /// Where peers find it, for the address.
+    pub fn reference(&self) -> FenceRef {
+        self.reference
+    }
+
+    /// Marks the target closed, then waits (at most [`CLOSE_WAIT`]) for the peers' posts that
+    /// checked before the mark. Idempotent. See [`wait_exclusive`].
+    pub fn close(&self) -> Result<Duration, Duration> {
+        if let Err(e) = self.file.write_all_at(&[1], MARK_AT) {
+            tracing::error!(error = %e, "marking the close fence closed: peers' posts go on");
+            return Err(Duration::ZERO);
+        }
+        wait_exclusive(&self.file, CLOSE_WAIT)
+    }
+}
+
+/// A peer's [`CloseFence`] as an initiator holds it around its posts.
+pub struct PeerFence {
+    lock: SharedFlock,
+    pid: u32,
+}
+
+/// A post's hold on its target's fence; given back when dropped.
+pub struct FenceHold(Arc<PeerFence>);
+
+impl Drop for FenceHold {
+    fn drop(&mut self) {
+        self.0.lock.release();
+    }
+}
+
+impl PeerFence {
+    /// Reopens the target's fence `r` names. `None` when this process cannot (another host or
+    /// pid namespace, no ptrace access to the target, a descriptor that is not the fence):
+    /// then it cannot copy into the target's memory inside its posts either.
+    pub fn open(r: &FenceRef) -> Option<Arc<Self>> {
+        let path = format!("/proc/{}/fd/{}", r.pid, r.fd);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(e) => {
+                tracing::debug!(%path, error = %e, "the peer's close fence cannot be reopened");
+                return None;
+            }
+        };
+        let mut head = [0u8; MAGIC.len() + TOKEN_LEN];
+        let ours = file.read_exact_at(&mut head, 0).is_ok()
+            && head[..MAGIC.len()] == MAGIC[..]
+            && head[MAGIC.len()..] == r.token;
+        if !ours {
+            tracing::debug!(%path, "not the peer's close fence (another host or pid namespace)");
+            return None;
+        }
+        Some(Arc::new(PeerFence {
+            lock: SharedFlock::new(file),
+            pid: r.pid,
+        }))
+    }
+
+    /// Holds the fence for a post: `Err(why)` when the target closed, or is closing (the post
+    /// must not be made).
+    pub fn hold(self: &Arc<Self>) -> Result<FenceHold, String> {
+        let closed = || format!("the peer's transport in process {} closed", self.pid);
+        match self.lock.acquire() {
+            Ok(true) => {}
+            Ok(false) => return Err(closed()),
+            Err(e) => return Err(format!("locking the peer's close fence: {e}")),
+        }
+        let hold = FenceHold(self.clone());
+        let mut mark = [0u8; 1];
+        match self.lock.file().read_exact_at(&mut mark, MARK_AT) {
+            Ok(()) if mark[0] == 0 => Ok(hold),
+            Ok(()) => Err(closed()),
+            Err(e) => Err(format!("reading the peer's close fence: {e}")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
