@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 
+use blockwire_core::kit::fence::FenceRef;
 use blockwire_core::{
     BackendError, BackendErrorKind, BackendOptions, RegionSpan, RegisteredRegion,
 };
@@ -58,13 +59,14 @@ unsafe impl Send for Inner {}
 
 impl Inner {
     /// Creates the agent `name` with `plugin`, registers the region and the scratch, prepares
-    /// the local descriptor list; the agent and its address bytes.
+    /// the local descriptor list; the agent and its address bytes (naming `fence`).
     pub(crate) fn open(
         span: &RegionSpan,
         name: &str,
         plugin: &str,
         plugin_params: &[(String, String)],
         progress_delay_us: u64,
+        fence: &FenceRef,
     ) -> Result<(Inner, Vec<u8>), BackendError> {
         let agent = Agent::new_configured(name, &agent_config(progress_delay_us))
             .map_err(|e| nixl_error("creating the agent", e))?;
@@ -99,7 +101,7 @@ impl Inner {
         let metadata = agent
             .get_local_md()
             .map_err(|e| nixl_error("reading the agent metadata", e))?;
-        let address = address::encode(name, &RegisteredRegion::of(span), &metadata);
+        let address = address::encode(name, &RegisteredRegion::of(span), Some(fence), &metadata);
         let inner = Inner {
             agent,
             name: name.to_owned(),

@@ -36,7 +36,15 @@
 //!   plugin copies the data inside it on one host: milliseconds for large blocks); a status
 //!   check, called by the caller's `poll`, that finds the lock taken reports the transfer
 //!   running instead of waiting, and the next poll checks again.
-//! - **Revocation** (close): the agent is destroyed (its registration released first), which
+//! - **Close fence**: the address names a memfd of this backend's
+//!   (`blockwire_core::kit::fence`), which a peer on this host reopens at connect and holds
+//!   locked across each post to this backend, in which NIXL's UCX plugin copies with `cma`
+//!   (`process_vm_writev`/`readv` on this process): revoke marks it closed first and waits for
+//!   the posts that checked before (at most `kit::fence::CLOSE_WAIT`); later posts are
+//!   refused as a remote disconnect. Destroying the agent would not stop those copies. A peer
+//!   added from a plain agent's metadata (`descriptor_from_nixl`) has none.
+//! - **Revocation** (close): peers' posts are fenced off, then the agent is destroyed (its
+//!   registration released first), which
 //!   destroys its UCX workers: nothing serves a peer's put or get afterwards (UCX emulates
 //!   them with active messages on memory it did not allocate, copying to whatever address the
 //!   message names, so a deregistration alone would not do).
@@ -153,6 +161,7 @@ use std::sync::Arc;
 
 #[cfg(doc)]
 use blockwire_core::OpenBackend;
+use blockwire_core::kit::fence::CloseFence;
 use blockwire_core::kit::{self, ByteRun, Live, LiveCounts, ProgressThread};
 use blockwire_core::{
     Backend, BackendError, BackendErrorKind, BackendStats, BlockIndex, Capabilities, FailureReason,
@@ -186,6 +195,10 @@ pub struct NixlBackend {
     name: String,
     /// The address bytes (see the `address` module).
     address: Vec<u8>,
+    /// Peers on this host hold it around each post, and `revoke` waits for them
+    /// (`blockwire_core::kit::fence`): NIXL's UCX plugin copies inside the initiator's post
+    /// there, where this agent's destruction cannot stop it.
+    fence: CloseFence,
     counts: LiveCounts,
     receiver: Arc<notify::Receiver>,
     /// The thread that drains NIXL's notifications into the inbox; stopped by `revoke`.
@@ -304,6 +317,8 @@ impl Backend for NixlBackend {
         } else {
             None
         };
+        // Held across the post, in which the data may move: the peer's close waits for it.
+        let fenced = peer.hold_fence()?;
         let guard = self.inner.lock();
         let inner = guard.as_ref().ok_or_else(revoked)?;
         let request = match lists {
@@ -341,7 +356,7 @@ impl Backend for NixlBackend {
             .agent
             .post_xfer_req(&request, None)
             .map_err(|e| nixl_error("post_xfer_req", e))?;
-        drop(guard);
+        drop((guard, fenced));
         Ok(NixlXfer {
             request: Some(request),
             outcome: (!running).then_some(XferState::Done),
@@ -359,6 +374,8 @@ impl Backend for NixlBackend {
                 format!("notification frame: {problem}"),
             )
         })?;
+        // The probe reads a byte of the peer's region (see `notify`).
+        let fenced = peer.hold_fence()?;
         let guard = self.inner.lock();
         let inner = guard.as_ref().ok_or_else(revoked)?;
         if n.sender != inner.name {
@@ -366,7 +383,7 @@ impl Backend for NixlBackend {
             tracing::debug!(sender = %n.sender, agent = %inner.name, "NIXL sends as the agent");
         }
         let (request, running) = notify::send(inner, &peer.remote, peer.base, &n.message)?;
-        drop(guard);
+        drop((guard, fenced));
         tracing::trace!(remote = %peer.remote, len = n.message.len(), "nixl notification sent");
         Ok(NixlXfer {
             request: Some(request),
@@ -410,7 +427,13 @@ impl Backend for NixlBackend {
     }
 
     fn revoke(&self) {
-        // The receiving thread first (it calls into the agent); nothing reaches the inbox
+        // Peers on this host first: none posts from now on, and the posts they made have
+        // returned, with whatever they copied (past `CLOSE_WAIT` the fence says so and this
+        // goes on). Idempotent.
+        if let Ok(waited) = self.fence.close() {
+            tracing::debug!(?waited, "nixl: peers' posts stopped");
+        }
+        // The receiving thread next (it calls into the agent); nothing reaches the inbox
         // after it stopped.
         if let Some(mut thread) = self.receiving.lock().take() {
             thread.stop();

@@ -125,7 +125,8 @@ pub fn descriptor_from_nixl(
         num_blocks,
         block_len,
     };
-    let address = address::encode(name, &region, agent_metadata);
+    // A plain agent has no close fence: its peers' posts are not held off its close.
+    let address = address::encode(name, &region, None, agent_metadata);
     let desc = PeerDescriptor::new(KIND, address, base_addr, num_blocks, block_len, fingerprint)
         .with_name(name);
     desc.validate()?;

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use blockwire_core::kit::LiveCounts;
+use blockwire_core::kit::fence::CloseFence;
 use blockwire_core::{BackendError, BackendOptions, Error, OpenBackend, RegionSpan};
 use parking_lot::Mutex;
 
@@ -51,9 +52,16 @@ impl OpenBackend for NixlBackend {
             .unwrap_or(DEFAULT_PROGRESS_DELAY_US);
         options.finish(KIND).map_err(open_err)?;
         runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
-        let (inner, address) =
-            Inner::open(&span, &name, &plugin, &plugin_params, progress_delay_us)
-                .map_err(open_err)?;
+        let fence = CloseFence::create().map_err(open_err)?;
+        let (inner, address) = Inner::open(
+            &span,
+            &name,
+            &plugin,
+            &plugin_params,
+            progress_delay_us,
+            &fence.reference(),
+        )
+        .map_err(open_err)?;
         let inner = Arc::new(AgentLock::new(inner));
         let receiver = Arc::new(notify::Receiver::new(inbox));
         let backend = NixlBackend {
@@ -61,6 +69,7 @@ impl OpenBackend for NixlBackend {
             inner: inner.clone(),
             name,
             address,
+            fence,
             counts: LiveCounts::default(),
             receiver: receiver.clone(),
             receiving: Mutex::new(None),

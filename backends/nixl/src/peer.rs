@@ -1,6 +1,9 @@
 //! Connecting to a peer's agent ([`Inner::connect`]) and letting it go.
 
+use std::sync::Arc;
+
 use blockwire_core::kit::Live;
+use blockwire_core::kit::fence::{FenceHold, PeerFence};
 use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use nixl_sys::{MemType, XferDescList, XferDlistHandle};
 use parking_lot::Mutex;
@@ -25,6 +28,9 @@ pub struct NixlPeer {
     pub(crate) base: usize,
     pub(crate) num_blocks: u32,
     pub(crate) block_len: usize,
+    /// The peer's close fence, where this process can reach it: on its host, where NIXL's UCX
+    /// plugin copies inside this side's post (`blockwire_core::kit::fence`).
+    fence: Option<Arc<PeerFence>>,
     _live: Live,
 }
 
@@ -34,6 +40,16 @@ unsafe impl Send for NixlPeer {}
 unsafe impl Sync for NixlPeer {}
 
 impl NixlPeer {
+    /// Holds the peer's close fence for a post: refused (a remote disconnect) once the peer
+    /// closed or while it closes. `None` for a peer without one here.
+    pub(crate) fn hold_fence(&self) -> Result<Option<FenceHold>, BackendError> {
+        self.fence
+            .as_ref()
+            .map(|f| f.hold())
+            .transpose()
+            .map_err(|why| BackendError::new(BackendErrorKind::RemoteDisconnect, why))
+    }
+
     /// Whether NIXL found the peer's region in one registration: only then may a run of
     /// adjacent blocks be one descriptor (in a peer registered in pieces, a run across two
     /// lies in no one registration, and NIXL refuses the transfer).
@@ -159,6 +175,7 @@ impl Inner {
             base,
             num_blocks: desc.num_blocks,
             block_len,
+            fence: addr.fence.as_ref().and_then(PeerFence::open),
             _live: live,
         })
     }

@@ -188,7 +188,12 @@ fn peer_from_raw_nixl_metadata() -> Result<(), Failed> {
     assert!(md.starts_with(b"nixlSerDes|"));
     assert_eq!(blockwire_nixl::agent_name_of(md)?, "raw-b");
     let raw = blockwire_nixl::descriptor_from_nixl(md, d.base_addr, d.num_blocks, d.block_len, "")?;
-    assert_eq!(raw, d.clone().with_name("raw-b"));
+    // The same peer, whose address only lacks the close fence a plain agent does not have.
+    assert_eq!(blockwire_nixl::agent_metadata(&raw)?, md);
+    let mut fenced = d.clone().with_name("raw-b");
+    assert_ne!(raw.address, fenced.address);
+    fenced.address = raw.address.clone();
+    assert_eq!(raw, fenced);
     let peer = PeerId::from("b");
     a.add_remote_peer(&peer, &raw)?;
     a.region().write_block(2, &[0x5a; 4096])?;
