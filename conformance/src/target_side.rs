@@ -2,7 +2,8 @@
 //! process's WRITE lands in its region and no peer's READ reads it.
 //!
 //! The target is closed but kept, so its memory stays mapped, and is filled with a canary
-//! right after close returned; the initiator's transfers must then surface within a bound, and
+//! right after close returned (made before, so that it lands at once: a READ that still
+//! copies is then caught); the initiator's transfers must then surface within a bound, and
 //! the canary must be intact once they did. Each direction is run: a spawned peer process is
 //! the target ([`Request::Close`] and [`Request::Holds`]), and this process is the target of
 //! the peer's [`Request::Post`]s. Each with transfers posted after the close, and with long
@@ -107,11 +108,14 @@ fn local_holds(t: &dyn Transport) -> Fallible<usize> {
     Ok(n)
 }
 
-fn fill_canary(t: &dyn Transport) -> Fallible<()> {
-    for i in 0..BLOCKS {
-        t.region()
-            .write_block(i, &pattern(CANARY, i, LEN))
-            .map_err(|e| e.report())?;
+/// The canary of every block, made before a close so that it lands right after it.
+fn canary() -> Vec<Vec<u8>> {
+    (0..BLOCKS).map(|i| pattern(CANARY, i, LEN)).collect()
+}
+
+fn fill_canary(t: &dyn Transport, canary: &[Vec<u8>]) -> Fallible<()> {
+    for (i, block) in (0..BLOCKS).zip(canary) {
+        t.region().write_block(i, block).map_err(|e| e.report())?;
     }
     Ok(())
 }
@@ -151,6 +155,12 @@ pub fn target_side_with(
                 "the child closed {} this side's {op}s",
                 if during { "during" } else { "before" }
             );
+            // Also makes the child's canary before its close (`Request::Close`).
+            if holds(&mut child, CANARY)? != 0 {
+                return Err(format!(
+                    "{what}: the child holds the canary before its close"
+                ));
+            }
             let mut ids = Vec::new();
             if during {
                 for _ in 0..4 {
@@ -201,6 +211,7 @@ pub fn target_side_with(
                 "this side closed {} the child's {op}s",
                 if during { "during" } else { "before" }
             );
+            let canary = canary();
             let mut posted = 0;
             let mut post = |child: &mut SpawnedPeer| -> Fallible<()> {
                 let command = Request::Post {
@@ -221,7 +232,7 @@ pub fn target_side_with(
                 }
             }
             me.close().map_err(|e| e.report())?;
-            fill_canary(&*me)?;
+            fill_canary(&*me, &canary)?;
             if !during {
                 for _ in 0..2 {
                     post(&mut child)?;

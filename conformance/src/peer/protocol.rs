@@ -75,7 +75,8 @@ pub enum Request {
     /// `CAP_SYS_PTRACE` may no longer access its memory).
     DropAccess,
     /// [`Reply::Ok`] once the transport is closed (not dropped: its memory stays mapped) and
-    /// every block holds `pattern(seed, i)`, the canary.
+    /// every block holds `pattern(seed, i)`, the canary. Ask [`Request::Holds`] about `seed`
+    /// first and the canary is made before the close, landing right after it.
     Close {
         /// The canary's seed.
         seed: u8,

@@ -17,6 +17,9 @@ struct Served {
     /// The seed of its own pattern.
     seed: u8,
     posted: Vec<TransferId>,
+    /// The last seed [`Request::Holds`] asked about, with its patterns: a [`Request::Close`]
+    /// with that seed fills them at once, so its canary lands right after the close.
+    last_asked: Option<(u8, Vec<Vec<u8>>)>,
 }
 
 /// Parses the command line, opens the transport, prints its descriptor and serves.
@@ -35,6 +38,7 @@ pub(super) fn serve_inner(open: Opener) -> Fallible<()> {
         len,
         seed,
         posted: Vec::new(),
+        last_asked: None,
     };
     served.fill(seed)?;
     let desc = served.t.descriptor().map_err(|e| e.report())?;
@@ -62,24 +66,54 @@ pub(super) fn say(reply: &Reply) -> Fallible<()> {
 
 impl Served {
     fn fill(&self, seed: u8) -> Fallible<()> {
-        for i in 0..self.blocks {
+        self.fill_with(&self.patterns(seed))
+    }
+
+    /// `pattern(seed, i)` for every block `i`.
+    fn patterns(&self, seed: u8) -> Vec<Vec<u8>> {
+        (0..self.blocks)
+            .map(|i| pattern(seed, i, self.len))
+            .collect()
+    }
+
+    fn fill_with(&self, blocks: &[Vec<u8>]) -> Fallible<()> {
+        for (i, block) in (0..self.blocks).zip(blocks) {
             self.t
                 .region()
-                .write_block(i, &pattern(seed, i, self.len))
+                .write_block(i, block)
                 .map_err(|e| e.report())?;
         }
         Ok(())
     }
 
     /// Blocks `i` that hold `pattern(seed, i)`.
-    fn holds(&self, seed: u8) -> Fallible<usize> {
+    fn holds(&mut self, seed: u8) -> Fallible<usize> {
+        let patterns = match self.last_asked.take() {
+            Some((asked, patterns)) if asked == seed => patterns,
+            _ => self.patterns(seed),
+        };
         let mut n = 0;
-        for i in 0..self.blocks {
-            if self.t.region().block(i).map_err(|e| e.report())? == pattern(seed, i, self.len) {
+        for (i, expect) in (0..self.blocks).zip(&patterns) {
+            if self.t.region().block(i).map_err(|e| e.report())? == *expect {
                 n += 1;
             }
         }
+        self.last_asked = Some((seed, patterns));
         Ok(n)
+    }
+
+    /// Closes the transport, then fills every block with `pattern(seed, i)`: made before the
+    /// close when the last [`Request::Holds`] asked about `seed`.
+    fn close_and_fill(&mut self, seed: u8) -> Fallible<()> {
+        let ready = match self.last_asked.take() {
+            Some((asked, patterns)) if asked == seed => Some(patterns),
+            _ => None,
+        };
+        self.t.close().map_err(|e| e.report())?;
+        match ready {
+            Some(patterns) => self.fill_with(&patterns),
+            None => self.fill(seed),
+        }
     }
 
     fn answer(&mut self, request: Request) -> Fallible<Reply> {
@@ -124,10 +158,7 @@ impl Served {
             } => self.await_notifications(from.as_deref(), count, ms, seed, &written),
             Request::Settle { ms } => self.settle(Duration::from_millis(ms)),
             Request::DropAccess => drop_access().map(|()| Reply::Ok),
-            Request::Close { seed } => {
-                self.t.close().map_err(|e| e.report())?;
-                self.fill(seed).map(|()| Reply::Ok)
-            }
+            Request::Close { seed } => self.close_and_fill(seed).map(|()| Reply::Ok),
             Request::Holds { seed } => self.holds(seed).map(|blocks| Reply::Holds { blocks }),
             Request::Quit => Err("Quit has no reply".into()),
         }
