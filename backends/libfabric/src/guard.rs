@@ -87,16 +87,20 @@ impl<'a> ReadGuard<'a> {
         }
     }
 
-    /// Before `op` is posted: for a READ, holds the target's lock and checks the target has
-    /// not closed since. `Err(why)` when it has, or is closing: `op` must not be posted.
+    /// Before `op` is posted: for a READ, holds the target's lock, checking as it takes it
+    /// that the target has not closed. `Err(why)` when it has, or is closing: `op` must not
+    /// be posted.
     pub(crate) fn admit(&mut self, op: &RmaOp) -> Result<(), String> {
         let Some(lock) = self.lock.filter(|_| op.op == Verb::Read) else {
             return Ok(());
         };
-        if !self.held {
-            lock.acquire(self.target)?;
-            self.held = true;
+        if self.held {
+            // A target that removed its path since waits for the lock: this READ is before
+            // its close returns.
+            return Ok(());
         }
+        lock.acquire(self.target)?;
+        self.held = true;
         // After the lock: a target that removed its path before this waits for this READ.
         if let Some(why) = self.target.gone() {
             self.give_back();
