@@ -17,7 +17,9 @@
 //!   taken (`acquire` says `false`), and is refused.
 //!
 //! A target waits at most [`CLOSE_WAIT`] (an initiator stopped inside a post keeps its lock):
-//! past it the close goes on, and says so at `error` level.
+//! past it the close goes on, and says so at `error` level. Peers in the target's own process
+//! hold a count and a flag in memory instead of the lock ([`PeerFence::open`]): the same
+//! protocol without a system call per post.
 //!
 //! [`CloseFence`] is such a file for a backend that has none: a memfd, named in the backend's
 //! address by pid, descriptor number and a random token ([`FenceRef`]); a peer reopens it
@@ -36,6 +38,10 @@ use parking_lot::Mutex;
 
 use crate::BackendError;
 use crate::kit::{AddressReader, AddressWriter};
+
+use local::LocalFence;
+
+mod local;
 
 /// How long a closing target waits for the posts that checked before its close to return.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -226,6 +232,8 @@ impl FenceRef {
 pub struct CloseFence {
     file: File,
     reference: FenceRef,
+    /// What peers in this process hold instead of the file's lock.
+    local: Arc<LocalFence>,
 }
 
 impl CloseFence {
@@ -256,7 +264,12 @@ impl CloseFence {
             fd: fd.unsigned_abs(),
             token,
         };
-        Ok(CloseFence { file, reference })
+        let local = LocalFence::register(reference);
+        Ok(CloseFence {
+            file,
+            reference,
+            local,
+        })
     }
 
     /// Where peers find it, for the address.
@@ -265,20 +278,43 @@ impl CloseFence {
     }
 
     /// Marks the target closed, then waits (at most [`CLOSE_WAIT`]) for the peers' posts that
-    /// checked before the mark. Idempotent. See [`wait_exclusive`].
+    /// checked before the mark: those of this process, then those of others
+    /// ([`wait_exclusive`]). Idempotent.
     pub fn close(&self) -> Result<Duration, Duration> {
+        let started = Instant::now();
+        self.local.mark_closed();
         if let Err(e) = self.file.write_all_at(&[1], MARK_AT) {
             tracing::error!(error = %e, "marking the close fence closed: peers' posts go on");
-            return Err(Duration::ZERO);
+            return Err(started.elapsed());
         }
-        wait_exclusive(&self.file, CLOSE_WAIT)
+        if !self.local.wait_out(CLOSE_WAIT) {
+            tracing::error!(
+                waited = ?started.elapsed(),
+                "a post of this process is still inside a post to this closed transport: the \
+                 close goes on, and that post may copy into or out of the region after it"
+            );
+            return Err(started.elapsed());
+        }
+        let left = CLOSE_WAIT.saturating_sub(started.elapsed());
+        match wait_exclusive(&self.file, left) {
+            Ok(_) => Ok(started.elapsed()),
+            Err(_) => Err(started.elapsed()),
+        }
     }
 }
 
 /// A peer's [`CloseFence`] as an initiator holds it around its posts.
 pub struct PeerFence {
-    lock: SharedFlock,
+    held: Held,
     pid: u32,
+}
+
+/// How a peer holds a target's fence.
+enum Held {
+    /// A target of this process: its count and flag.
+    Local(Arc<LocalFence>),
+    /// A target of another process: the file's shared lock and mark.
+    Shared(SharedFlock),
 }
 
 /// A post's hold on its target's fence; given back when dropped.
@@ -286,15 +322,34 @@ pub struct FenceHold(Arc<PeerFence>);
 
 impl Drop for FenceHold {
     fn drop(&mut self) {
-        self.0.lock.release();
+        match &self.0.held {
+            Held::Local(fence) => fence.leave(),
+            Held::Shared(lock) => lock.release(),
+        }
     }
 }
 
 impl PeerFence {
-    /// Reopens the target's fence `r` names. `None` when this process cannot (another host or
-    /// pid namespace, no ptrace access to the target, a descriptor that is not the fence):
-    /// then it cannot copy into the target's memory inside its posts either.
+    /// The target's fence `r` names: its count and flag for a target of this process, else
+    /// its file, reopened. `None` when this process cannot reopen it (another host or pid
+    /// namespace, no ptrace access to the target, a descriptor that is not the fence): then
+    /// it cannot copy into the target's memory inside its posts either.
     pub fn open(r: &FenceRef) -> Option<Arc<Self>> {
+        match (r.pid == std::process::id())
+            .then(|| LocalFence::find(r))
+            .flatten()
+        {
+            Some(fence) => Some(Arc::new(PeerFence {
+                held: Held::Local(fence),
+                pid: r.pid,
+            })),
+            None => Self::open_shared(r),
+        }
+    }
+
+    /// The target's fence `r` names, by its file, reopened (see [`PeerFence::open`]); also
+    /// for a target of this process, to test the way other processes hold it.
+    pub fn open_shared(r: &FenceRef) -> Option<Arc<Self>> {
         let path = format!("/proc/{}/fd/{}", r.pid, r.fd);
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -312,7 +367,7 @@ impl PeerFence {
             return None;
         }
         Some(Arc::new(PeerFence {
-            lock: SharedFlock::new(file),
+            held: Held::Shared(SharedFlock::new(file)),
             pid: r.pid,
         }))
     }
@@ -321,14 +376,23 @@ impl PeerFence {
     /// must not be made).
     pub fn hold(self: &Arc<Self>) -> Result<FenceHold, String> {
         let closed = || format!("the peer's transport in process {} closed", self.pid);
-        match self.lock.acquire() {
+        let lock = match &self.held {
+            Held::Local(fence) => {
+                return match fence.enter() {
+                    true => Ok(FenceHold(self.clone())),
+                    false => Err(closed()),
+                };
+            }
+            Held::Shared(lock) => lock,
+        };
+        match lock.acquire() {
             Ok(true) => {}
             Ok(false) => return Err(closed()),
             Err(e) => return Err(format!("locking the peer's close fence: {e}")),
         }
         let hold = FenceHold(self.clone());
         let mut mark = [0u8; 1];
-        match self.lock.file().read_exact_at(&mut mark, MARK_AT) {
+        match lock.file().read_exact_at(&mut mark, MARK_AT) {
             Ok(()) if mark[0] == 0 => Ok(hold),
             Ok(()) => Err(closed()),
             Err(e) => Err(format!("reading the peer's close fence: {e}")),

@@ -1,101 +1,146 @@
-//! Both sides of a close fence in one process: the peer's opens are opens of their own, so
-//! their locks conflict with the target's as another process's would.
+//! Both sides of a close fence in one process, each case both ways a peer holds it: as a peer
+//! of this process (`open`: the count and flag) and as one of another process would
+//! (`open_shared`: its own open of the file, whose locks conflict with the target's).
 
 use super::*;
 use std::sync::mpsc;
 
-fn pair() -> (CloseFence, Arc<PeerFence>) {
+type Open = fn(&FenceRef) -> Option<Arc<PeerFence>>;
+
+const OPENS: [(&str, Open); 2] = [
+    ("this process", PeerFence::open),
+    ("shared", PeerFence::open_shared),
+];
+
+fn pair(open: Open) -> (Arc<CloseFence>, Arc<PeerFence>) {
     let target = CloseFence::create().expect("create");
-    let peer = PeerFence::open(&target.reference()).expect("reopen");
-    (target, peer)
+    let peer = open(&target.reference()).expect("reopen");
+    (Arc::new(target), peer)
+}
+
+/// Closes `target` on a thread of its own: the result comes on the receiver.
+fn close_on_a_thread(
+    target: &Arc<CloseFence>,
+) -> (
+    mpsc::Receiver<Result<Duration, Duration>>,
+    std::thread::JoinHandle<()>,
+) {
+    let (done, finished) = mpsc::channel();
+    let target = target.clone();
+    let thread = std::thread::spawn(move || done.send(target.close()).expect("send"));
+    (finished, thread)
 }
 
 #[test]
 fn a_post_is_held_before_the_close_and_refused_after_it() {
-    let (target, peer) = pair();
-    drop(peer.hold().expect("before the close"));
-    assert!(target.close().is_ok());
-    let why = peer
-        .hold()
-        .err()
-        .expect("a post after the close was admitted");
-    assert!(why.contains("closed"), "{why}");
-    assert!(target.close().is_ok(), "a second close");
+    for (how, open) in OPENS {
+        let (target, peer) = pair(open);
+        drop(peer.hold().expect("before the close"));
+        assert!(target.close().is_ok(), "{how}");
+        let why = peer
+            .hold()
+            .err()
+            .expect("a post after the close was admitted");
+        assert!(why.contains("closed"), "{how}: {why}");
+        assert!(target.close().is_ok(), "{how}: a second close");
+    }
 }
 
 #[test]
 fn the_close_marks_first_then_waits_for_a_post_in_flight() {
-    let (target, peer) = pair();
-    let other = PeerFence::open(&target.reference()).expect("a second peer");
-    let post = peer.hold().expect("a post in flight");
-    let target = Arc::new(target);
-    let (done, finished) = mpsc::channel();
-    let closing = {
-        let target = target.clone();
-        std::thread::spawn(move || done.send(target.close()).expect("send"))
-    };
-    // Marked before the wait: a post that checks now is refused.
-    let started = Instant::now();
-    while other.hold().is_ok() {
+    for (how, open) in OPENS {
+        let (target, peer) = pair(open);
+        let other = open(&target.reference()).expect("a second peer");
+        let post = peer.hold().expect("a post in flight");
+        let (finished, closing) = close_on_a_thread(&target);
+        // Marked before the wait: a post that checks now is refused.
+        let started = Instant::now();
+        while other.hold().is_ok() {
+            assert!(started.elapsed() < CLOSE_WAIT, "{how}: no mark first");
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert!(
-            started.elapsed() < CLOSE_WAIT,
-            "the close did not mark first"
+            finished.recv_timeout(Duration::from_millis(100)).is_err(),
+            "{how}: the close returned while a post that checked before it was running"
         );
-        std::thread::sleep(Duration::from_millis(1));
+        drop(post);
+        let waited = finished
+            .recv_timeout(CLOSE_WAIT)
+            .expect("the close returned")
+            .expect("within the bound");
+        assert!(waited >= Duration::from_millis(100), "{how}: {waited:?}");
+        closing.join().expect("join");
     }
-    assert!(
-        finished.recv_timeout(Duration::from_millis(100)).is_err(),
-        "the close returned while a post that checked before it was running"
-    );
-    drop(post);
-    let waited = finished
-        .recv_timeout(CLOSE_WAIT)
-        .expect("the close returned")
-        .expect("within the bound");
-    assert!(waited >= Duration::from_millis(100), "{waited:?}");
-    closing.join().expect("join");
 }
 
 #[test]
 fn one_posts_end_leaves_anothers_hold_in_place() {
-    let (target, peer) = pair();
-    let first = peer.hold().expect("first");
-    let second = peer.hold().expect("second");
-    drop(first);
+    for (how, open) in OPENS {
+        let (target, peer) = pair(open);
+        let first = peer.hold().expect("first");
+        let second = peer.hold().expect("second");
+        drop(first);
+        let (finished, closing) = close_on_a_thread(&target);
+        assert!(
+            finished.recv_timeout(Duration::from_millis(100)).is_err(),
+            "{how}: one post's end let the close past another post still holding"
+        );
+        drop(second);
+        assert!(finished.recv_timeout(CLOSE_WAIT).expect("returned").is_ok());
+        closing.join().expect("join");
+    }
+}
+
+#[test]
+fn a_peer_of_this_process_takes_no_file_lock() {
+    let target = CloseFence::create().expect("create");
     let file = File::open(format!("/proc/self/fd/{}", target.reference().fd)).expect("open");
+    let local = PeerFence::open(&target.reference()).expect("open");
+    let shared = PeerFence::open_shared(&target.reference()).expect("open");
+    let held = local.hold().expect("hold");
+    assert!(
+        try_flock(&file, libc::LOCK_EX).expect("flock"),
+        "a local hold took the lock"
+    );
+    assert!(try_flock(&file, libc::LOCK_UN).expect("unlock"));
+    drop(held);
+    let held = shared.hold().expect("hold");
     assert!(
         !try_flock(&file, libc::LOCK_EX).expect("flock"),
-        "one post's end gave back the lock another post still holds"
+        "a shared hold took no lock"
     );
-    drop(second);
-    assert!(try_flock(&file, libc::LOCK_EX).expect("flock"));
+    drop(held);
 }
 
 #[test]
 fn the_close_gives_up_on_a_post_that_never_returns() {
-    let (target, peer) = pair();
-    let _stuck = peer.hold().expect("a post");
-    let waited = target.close().expect_err("the close waited it out");
-    assert!(waited >= CLOSE_WAIT, "{waited:?}");
-    assert!(waited < CLOSE_WAIT * 3, "{waited:?}");
+    for (how, open) in OPENS {
+        let (target, peer) = pair(open);
+        let _stuck = peer.hold().expect("a post");
+        let waited = target.close().expect_err("the close waited it out");
+        assert!(waited >= CLOSE_WAIT, "{how}: {waited:?}");
+        assert!(waited < CLOSE_WAIT * 3, "{how}: {waited:?}");
+    }
 }
 
 #[test]
 fn only_the_fence_named_is_reopened() {
     let target = CloseFence::create().expect("create");
-    let mut wrong = target.reference();
-    wrong.token[0] ^= 1;
-    assert!(PeerFence::open(&wrong).is_none(), "a wrong token");
-    let stdin = FenceRef {
-        fd: 0,
-        ..target.reference()
-    };
-    assert!(PeerFence::open(&stdin).is_none(), "another descriptor");
-    let gone = FenceRef {
-        pid: u32::MAX,
-        ..target.reference()
-    };
-    assert!(PeerFence::open(&gone).is_none(), "no such process");
+    for (how, open) in OPENS {
+        let mut wrong = target.reference();
+        wrong.token[0] ^= 1;
+        assert!(open(&wrong).is_none(), "{how}: a wrong token");
+        let stdin = FenceRef {
+            fd: 0,
+            ..target.reference()
+        };
+        assert!(open(&stdin).is_none(), "{how}: another descriptor");
+        let gone = FenceRef {
+            pid: u32::MAX,
+            ..target.reference()
+        };
+        assert!(open(&gone).is_none(), "{how}: no such process");
+    }
 }
 
 #[test]
