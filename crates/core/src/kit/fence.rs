@@ -121,38 +121,49 @@ impl SharedFlock {
     }
 }
 
+/// Naps, from 20 µs doubling up to 2 ms, until `ready` says so, for at most `bound`:
+/// `Ok(true)` when ready, `Ok(false)` when the bound passed first, or `ready`'s error. The
+/// one wait of a closing target, for this process's posts and for other processes' locks.
+fn wait_until(bound: Duration, mut ready: impl FnMut() -> io::Result<bool>) -> io::Result<bool> {
+    let started = Instant::now();
+    let mut nap = Duration::from_micros(20);
+    loop {
+        if ready()? {
+            return Ok(true);
+        }
+        if started.elapsed() >= bound {
+            return Ok(false);
+        }
+        std::thread::sleep(nap);
+        nap = (nap * 2).min(Duration::from_millis(2));
+    }
+}
+
 /// A closing target's wait (see the module docs): takes `file`'s lock exclusively, which
 /// means no peer's post that checked before the target's mark is still running, and gives it
 /// back. `Ok(waited)`; `Err(waited)` when a peer still held it after `bound`, or the lock
 /// failed (logged).
 pub fn wait_exclusive(file: &File, bound: Duration) -> Result<Duration, Duration> {
     let started = Instant::now();
-    let mut nap = Duration::from_micros(20);
-    loop {
-        match try_flock(file, libc::LOCK_EX) {
-            // Given back at once: a later holder sees the mark.
-            Ok(true) => {
-                if let Err(e) = try_flock(file, libc::LOCK_UN) {
-                    tracing::warn!(error = %e, "giving back a close fence's lock");
-                }
-                return Ok(started.elapsed());
+    match wait_until(bound, || try_flock(file, libc::LOCK_EX)) {
+        // Given back at once: a later holder sees the mark.
+        Ok(true) => {
+            if let Err(e) = try_flock(file, libc::LOCK_UN) {
+                tracing::warn!(error = %e, "giving back a close fence's lock");
             }
-            Ok(false) if started.elapsed() < bound => {
-                std::thread::sleep(nap);
-                nap = (nap * 2).min(Duration::from_millis(2));
-            }
-            Ok(false) => {
-                tracing::error!(
-                    waited = ?started.elapsed(),
-                    "a peer process is still inside a post to this closed transport: the close \
-                     goes on, and that post may copy into or out of the region after it"
-                );
-                return Err(started.elapsed());
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "locking a close fence: peers' posts not waited for");
-                return Err(started.elapsed());
-            }
+            Ok(started.elapsed())
+        }
+        Ok(false) => {
+            tracing::error!(
+                waited = ?started.elapsed(),
+                "a peer process is still inside a post to this closed transport: the close \
+                 goes on, and that post may copy into or out of the region after it"
+            );
+            Err(started.elapsed())
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "locking a close fence: peers' posts not waited for");
+            Err(started.elapsed())
         }
     }
 }
@@ -287,7 +298,7 @@ impl CloseFence {
             tracing::error!(error = %e, "marking the close fence closed: peers' posts go on");
             return Err(started.elapsed());
         }
-        if !self.local.wait_out(CLOSE_WAIT) {
+        if !wait_until(CLOSE_WAIT, || Ok(self.local.is_idle())).unwrap_or(false) {
             tracing::error!(
                 waited = ?started.elapsed(),
                 "a post of this process is still inside a post to this closed transport: the \

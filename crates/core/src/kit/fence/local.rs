@@ -9,7 +9,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
@@ -66,17 +65,8 @@ impl LocalFence {
         self.closed.store(true, Ordering::SeqCst);
     }
 
-    /// Waits until no post is in, for at most `bound`: whether none is.
-    pub(super) fn wait_out(&self, bound: Duration) -> bool {
-        let started = Instant::now();
-        let mut nap = Duration::from_micros(20);
-        while self.active.load(Ordering::SeqCst) > 0 {
-            if started.elapsed() >= bound {
-                return false;
-            }
-            std::thread::sleep(nap);
-            nap = (nap * 2).min(Duration::from_millis(2));
-        }
-        true
+    /// Whether no post is in.
+    pub(super) fn is_idle(&self) -> bool {
+        self.active.load(Ordering::SeqCst) == 0
     }
 }
