@@ -41,8 +41,11 @@
 //!   locked across each post to this backend, in which NIXL's UCX plugin copies with `cma`
 //!   (`process_vm_writev`/`readv` on this process): revoke marks it closed first and waits for
 //!   the posts that checked before (at most `kit::fence::CLOSE_WAIT`); later posts are
-//!   refused as a remote disconnect. Destroying the agent would not stop those copies. A peer
-//!   added from a plain agent's metadata (`descriptor_from_nixl`) has none.
+//!   refused as a remote disconnect. Destroying the agent would not stop those copies. NIXL's
+//!   own metadata has no room for the fence, so the backend also publishes it under that
+//!   metadata (a file in `/dev/shm` named by its SHA-256, removed with the backend): a peer
+//!   added from it (`descriptor_from_nixl`, the Python P2P layer's handshake) finds it there.
+//!   A peer of a plain NIXL agent finds none and goes without.
 //! - **Revocation** (close): peers' posts are fenced off, then the agent is destroyed (its
 //!   registration released first), which
 //!   destroys its UCX workers: nothing serves a peer's put or get afterwards (UCX emulates

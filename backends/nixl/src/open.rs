@@ -9,7 +9,7 @@ use parking_lot::Mutex;
 
 use crate::agent::{Inner, agent_name};
 use crate::lock::AgentLock;
-use crate::{DEFAULT_PROGRESS_DELAY_US, KIND, NixlBackend, notify, runtime};
+use crate::{DEFAULT_PROGRESS_DELAY_US, KIND, NixlBackend, address, notify, runtime};
 
 impl OpenBackend for NixlBackend {
     const KIND: &'static str = KIND;
@@ -52,7 +52,7 @@ impl OpenBackend for NixlBackend {
             .unwrap_or(DEFAULT_PROGRESS_DELAY_US);
         options.finish(KIND).map_err(open_err)?;
         runtime::ensure(&runtime::lib_dir(lib_dir.as_deref())).map_err(open_err)?;
-        let fence = CloseFence::create().map_err(open_err)?;
+        let mut fence = CloseFence::create().map_err(open_err)?;
         let (inner, address) = Inner::open(
             &span,
             &name,
@@ -62,6 +62,21 @@ impl OpenBackend for NixlBackend {
             &fence.reference(),
         )
         .map_err(open_err)?;
+        // A peer handed NIXL's own metadata (the Python P2P layer, vLLM's handshake) finds
+        // the fence by it: the metadata has no room for its reference.
+        match address::decode(&address) {
+            Ok(addr) => {
+                if let Err(e) = fence.publish(addr.metadata) {
+                    tracing::warn!(
+                        agent = %name,
+                        error = %e,
+                        "nixl: the close fence is not published: peers given only NIXL's \
+                         metadata post without it"
+                    );
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "nixl: this agent's own address"),
+        }
         let inner = Arc::new(AgentLock::new(inner));
         let receiver = Arc::new(notify::Receiver::new(inbox));
         let backend = NixlBackend {

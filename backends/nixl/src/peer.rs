@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use blockwire_core::kit::Live;
-use blockwire_core::kit::fence::{FenceHold, PeerFence};
+use blockwire_core::kit::fence::{FenceHold, FenceRef, PeerFence};
 use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use nixl_sys::{MemType, XferDescList, XferDlistHandle};
 use parking_lot::Mutex;
@@ -175,7 +175,13 @@ impl Inner {
             base,
             num_blocks: desc.num_blocks,
             block_len,
-            fence: addr.fence.as_ref().and_then(PeerFence::open),
+            // A descriptor from NIXL's own metadata names no fence: a blockwire target of
+            // this host published it under that metadata.
+            fence: addr
+                .fence
+                .or_else(|| FenceRef::published(addr.metadata))
+                .as_ref()
+                .and_then(PeerFence::open),
             _live: live,
         })
     }

@@ -224,10 +224,53 @@ fn peer_from_raw_nixl_metadata() -> Result<(), Failed> {
     Ok(())
 }
 
+/// A peer added from a blockwire target's raw NIXL metadata (the Python P2P layer's
+/// handshake) holds the target's close fence, found under that metadata: once the target's
+/// close returned, its posts are refused before NIXL sees them and nothing lands, where
+/// NIXL's UCX plugin would still copy into the closed target's memory (`cma`).
+fn a_raw_peer_is_held_off_a_closed_target() -> Result<(), Failed> {
+    for round in 0..20 {
+        let a = open("fenced-a");
+        let b = open("fenced-b");
+        let d = b.descriptor()?;
+        let md = blockwire_nixl::agent_metadata(&d)?;
+        let raw =
+            blockwire_nixl::descriptor_from_nixl(md, d.base_addr, d.num_blocks, d.block_len, "")?;
+        let peer = PeerId::from("b");
+        a.add_remote_peer(&peer, &raw)?;
+        a.region().write_block(0, &[0xcd; 4096])?;
+        b.close()?;
+        let id = a.write_blocks(&peer, &[0], &[0])?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let failure = loop {
+            let r = a.poll(Some(&peer))?;
+            if r.done.contains(&id) {
+                return Err(format!("round {round}: a WRITE to a closed target succeeded").into());
+            }
+            if let Some(f) = r.failed.iter().find(|f| f.0 == id) {
+                break format!("{f:?}");
+            }
+            if Instant::now() > deadline {
+                return Err(format!("round {round}: the WRITE never ended").into());
+            }
+        };
+        assert!(
+            failure.contains("closed"),
+            "round {round}: not the fence: {failure}"
+        );
+        assert_eq!(
+            b.region().block(0)?,
+            vec![0; 4096],
+            "round {round}: it landed"
+        );
+    }
+    Ok(())
+}
+
 fn main() {
     let mut args = Arguments::from_args();
     args.test_threads.get_or_insert(1);
-    let cases: [(&str, Case); 5] = [
+    let cases: [(&str, Case); 6] = [
         ("sender_is_the_transport_name", sender_is_the_transport_name),
         ("namesakes_are_refused", namesakes_are_refused),
         (
@@ -236,6 +279,10 @@ fn main() {
         ),
         ("done_means_the_target_has_it", done_means_the_target_has_it),
         ("peer_from_raw_nixl_metadata", peer_from_raw_nixl_metadata),
+        (
+            "a_raw_peer_is_held_off_a_closed_target",
+            a_raw_peer_is_held_off_a_closed_target,
+        ),
     ];
     let trials = cases
         .into_iter()

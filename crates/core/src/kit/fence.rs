@@ -25,12 +25,16 @@
 //! address by pid, descriptor number and a random token ([`FenceRef`]); a peer reopens it
 //! through `/proc/<pid>/fd/<n>` ([`PeerFence::open`]), which needs the same permission as
 //! `process_vm_readv` into that process: a peer that cannot reopen it (another host, another
-//! pid namespace, no ptrace access) cannot copy into the target that way either.
+//! pid namespace, no ptrace access) cannot copy into the target that way either. Where the
+//! handshake's bytes are another library's (NIXL's agent metadata), the target publishes the
+//! reference under those bytes ([`CloseFence::publish`]) and a peer given them finds it
+//! ([`FenceRef::published`]).
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -42,6 +46,7 @@ use crate::kit::{AddressReader, AddressWriter};
 use local::LocalFence;
 
 mod local;
+mod published;
 
 /// How long a closing target waits for the posts that checked before its close to return.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
@@ -225,6 +230,25 @@ impl FenceRef {
             _ => Err(r.bad("close fence flag is neither 0 nor 1")),
         }
     }
+
+    /// The reference a target of this host published under `key` ([`CloseFence::publish`]),
+    /// if any: for a peer whose handshake bytes have no room for it. Reopen it with
+    /// [`PeerFence::open`], which checks it names a live fence.
+    ///
+    /// ```
+    /// use blockwire_core::kit::fence::{CloseFence, FenceRef};
+    /// let key = format!("the handshake bytes of doc test {}", std::process::id());
+    /// assert_eq!(FenceRef::published(key.as_bytes()), None);
+    /// let mut target = CloseFence::create()?;
+    /// target.publish(key.as_bytes())?;
+    /// assert_eq!(FenceRef::published(key.as_bytes()), Some(target.reference()));
+    /// drop(target);
+    /// assert_eq!(FenceRef::published(key.as_bytes()), None, "it goes with the fence");
+    /// # Ok::<(), blockwire_core::BackendError>(())
+    /// ```
+    pub fn published(key: &[u8]) -> Option<FenceRef> {
+        published::read(key)
+    }
 }
 
 /// A target's fence: a memfd holding a magic, a random token and the closed mark, which its
@@ -245,6 +269,8 @@ pub struct CloseFence {
     reference: FenceRef,
     /// What peers in this process hold instead of the file's lock.
     local: Arc<LocalFence>,
+    /// Where [`CloseFence::publish`] wrote the reference, removed on drop.
+    published: Option<PathBuf>,
 }
 
 impl CloseFence {
@@ -280,7 +306,23 @@ impl CloseFence {
             file,
             reference,
             local,
+            published: None,
         })
+    }
+
+    /// Publishes the reference under `key` (bytes the target hands its peers, which have no
+    /// room for it: NIXL's agent metadata), for peers on this host to find with
+    /// [`FenceRef::published`] until the fence is dropped. Fails, publishing nothing, where a
+    /// file of that key exists already or `/dev/shm` cannot be written.
+    pub fn publish(&mut self, key: &[u8]) -> Result<(), BackendError> {
+        if let Some(old) = self.published.take() {
+            let _ = std::fs::remove_file(old);
+        }
+        let path = published::publish(key, &self.reference)
+            .map_err(|e| BackendError::from_io("publishing the close fence", &e))?;
+        tracing::debug!(path = %path.display(), "close fence published");
+        self.published = Some(path);
+        Ok(())
     }
 
     /// Where peers find it, for the address.
@@ -310,6 +352,16 @@ impl CloseFence {
         match wait_exclusive(&self.file, left) {
             Ok(_) => Ok(started.elapsed()),
             Err(_) => Err(started.elapsed()),
+        }
+    }
+}
+
+impl Drop for CloseFence {
+    fn drop(&mut self) {
+        if let Some(path) = self.published.take() {
+            if let Err(e) = std::fs::remove_file(&path) {
+                tracing::warn!(path = %path.display(), error = %e, "removing a published close fence");
+            }
         }
     }
 }

@@ -167,3 +167,57 @@ fn a_malformed_reference_is_refused() {
         None
     );
 }
+
+/// A key no other test (or process) publishes under.
+fn key(what: &str) -> Vec<u8> {
+    format!("fence test {what} in process {}", std::process::id()).into_bytes()
+}
+
+#[test]
+fn a_published_fence_is_found_by_its_key_and_holds_like_the_addressed_one() {
+    for (how, open) in OPENS {
+        let key = key(how);
+        let mut target = CloseFence::create().expect("create");
+        target.publish(&key).expect("publish");
+        let found = FenceRef::published(&key).expect("published");
+        assert_eq!(found, target.reference(), "{how}");
+        assert_eq!(FenceRef::published(b"another key"), None, "{how}");
+        let peer = open(&found).expect("reopen");
+        drop(peer.hold().expect("before the close"));
+        assert!(target.close().is_ok(), "{how}");
+        assert!(peer.hold().is_err(), "{how}: a post after the close");
+        // Still there after the close (a peer connecting late is refused by the mark), gone
+        // with the fence.
+        assert_eq!(FenceRef::published(&key), Some(found), "{how}");
+        drop(target);
+        assert_eq!(FenceRef::published(&key), None, "{how}");
+        assert!(!published::path_of(&key).exists(), "{how}");
+    }
+}
+
+#[test]
+fn a_key_published_already_is_not_taken_over_and_a_malformed_file_is_ignored() {
+    let key = key("taken");
+    let mut first = CloseFence::create().expect("create");
+    first.publish(&key).expect("publish");
+    let mut second = CloseFence::create().expect("create");
+    assert!(
+        second.publish(&key).is_err(),
+        "took over another fence's key"
+    );
+    assert_eq!(FenceRef::published(&key), Some(first.reference()));
+    drop(second);
+    assert_eq!(
+        FenceRef::published(&key),
+        Some(first.reference()),
+        "the loser removed it"
+    );
+    drop(first);
+    let key = self::key("malformed");
+    let path = published::path_of(&key);
+    for bad in [&b""[..], b"BWFPUB01", &[0u8; 32], &[b'B'; 33]] {
+        std::fs::write(&path, bad).expect("write");
+        assert_eq!(FenceRef::published(&key), None, "{bad:?}");
+    }
+    std::fs::remove_file(&path).expect("remove");
+}
