@@ -5,22 +5,23 @@
 //! the peer has registered; nothing in the kernel stops a writer once the peer frees its
 //! region. The lease does: the region's backend creates a sealed memfd page at open and names
 //! its file descriptor in the identity record a connecting peer reads; the peer duplicates
-//! that descriptor (`pidfd_getfd`) and maps the page. Around every chunk it copies, a peer
-//! counts itself in (`active`) and then checks `revoked`; the region's close sets `revoked`
-//! and then waits until `active` is zero. With sequentially consistent operations on both
-//! sides, either the writer sees `revoked` (and copies nothing), or the closer sees the writer
-//! counted in (and waits for its chunk): no chunk starts after close returns.
+//! that descriptor (`pidfd_getfd`) and maps the page. The page holds a close fence's
+//! [`Admission`] (`blockwire_core::kit::fence`): around every chunk it copies, a peer counts
+//! itself in and checks the closed flag; the region's close sets the flag and then waits
+//! until no chunk is counted in. Either the writer sees the flag (and copies nothing), or the
+//! closer sees the writer counted in (and waits for its chunk): no chunk starts after close
+//! returns.
 
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
-use blockwire_core::kit::ProcessWatch;
+use blockwire_core::kit::fence::Admission;
+use blockwire_core::kit::{ProcessWatch, is_sealed, sealed_memfd};
 use blockwire_core::{BackendError, BackendErrorKind};
 
-use crate::mapping::{SEALS, is_sealed, map_shared};
+use crate::mapping::map_shared;
 
 const LEASE_MAGIC: u64 = u64::from_le_bytes(*b"BWLEASE1");
 const PAGE: usize = 4096;
@@ -29,10 +30,9 @@ const PAGE: usize = 4096;
 #[repr(C)]
 struct Words {
     magic: AtomicU64,
-    /// Non-zero once the region's backend revoked access.
-    revoked: AtomicU32,
-    /// Copies in progress, over every peer process.
-    active: AtomicU32,
+    /// Copies in progress, over every peer process, and whether the region's backend revoked
+    /// access.
+    admission: Admission,
 }
 
 /// A mapping of a lease page: the region's own (with its file descriptor) or a peer's.
@@ -53,12 +53,8 @@ pub(crate) struct Entered<'a>(&'a Words);
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        self.0.active.fetch_sub(1, Ordering::SeqCst);
+        self.0.admission.leave();
     }
-}
-
-fn os_error(what: &str) -> BackendError {
-    BackendError::from_io(what, &io::Error::last_os_error())
 }
 
 /// Maps `fd`'s page shared.
@@ -71,26 +67,8 @@ fn map(fd: &OwnedFd) -> Result<NonNull<Words>, BackendError> {
 impl Lease {
     /// A new lease page for this process's region (not revoked, no copy active).
     pub(crate) fn create() -> Result<Self, BackendError> {
-        // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
-        let fd = unsafe {
-            libc::memfd_create(
-                c"blockwire-shm-lease".as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-            )
-        };
-        if fd < 0 {
-            return Err(os_error("memfd_create for the shm lease"));
-        }
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: plain syscalls on the fd just created.
-        let sized = unsafe {
-            libc::ftruncate(fd.as_raw_fd(), PAGE as libc::off_t) == 0
-                && libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) == 0
-        };
-        if !sized {
-            return Err(os_error("sizing and sealing the shm lease"));
-        }
+        let fd = sealed_memfd(c"blockwire-shm-lease", PAGE)
+            .map_err(|e| BackendError::from_io("a memfd for the shm lease", &e))?;
         let words = map(&fd)?;
         // SAFETY: the page is mapped, zeroed by the kernel, and aligned; atomics of it are
         // valid (all-zero is a valid value of each).
@@ -139,25 +117,14 @@ impl Lease {
     /// Counts one copy in, unless access was revoked.
     pub(crate) fn enter(&self) -> Option<Entered<'_>> {
         let w = self.words();
-        w.active.fetch_add(1, Ordering::SeqCst);
-        let entered = Entered(w);
-        (w.revoked.load(Ordering::SeqCst) == 0).then_some(entered)
+        w.admission.enter().then(|| Entered(w))
     }
 
     /// Revokes access, then waits (up to `bound`) for the copies counted in to finish.
     /// Returns whether they did; a copy that does not finish belongs to a peer process that
     /// stopped (or died) in the middle of one.
     pub(crate) fn revoke(&self, bound: Duration) -> bool {
-        let w = self.words();
-        w.revoked.store(1, Ordering::SeqCst);
-        let deadline = Instant::now() + bound;
-        while w.active.load(Ordering::SeqCst) != 0 {
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_micros(50));
-        }
-        true
+        self.words().admission.close(bound)
     }
 }
 

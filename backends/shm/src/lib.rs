@@ -174,8 +174,8 @@ pub const KIND: &str = "shm";
 pub const DEFAULT_CHUNK_BYTES: usize = 256 * 1024;
 
 /// How long close waits for peer processes' copies in progress (one chunk each: microseconds,
-/// unless a peer process stopped or died in the middle of one).
-const LEASE_WAIT: Duration = Duration::from_secs(1);
+/// unless a peer process stopped or died in the middle of one): every close fence's bound.
+const LEASE_WAIT: Duration = blockwire_core::kit::fence::CLOSE_WAIT;
 
 /// The shared-memory loopback backend (see the crate docs).
 ///

@@ -14,22 +14,11 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use blockwire_core::kit::{ProcessWatch, advise_huge_pages};
+use blockwire_core::kit::{ProcessWatch, advise_huge_pages, is_sealed};
 use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
-
-/// Seals a memfd must carry for a peer to map it: no shrinking (a mapping would fault beyond
-/// the new end), no growing, and no more sealing changes.
-pub(crate) const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// What the identity record names when the region is not in shared memory.
 pub(crate) const NO_FD: u64 = u64::MAX;
-
-/// Whether `fd` is a memfd carrying every seal in [`SEALS`].
-pub(crate) fn is_sealed(fd: &OwnedFd) -> bool {
-    // SAFETY: plain fcntl on a live fd; -1 (EINVAL) for anything that is not a memfd.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    seals >= 0 && seals & SEALS == SEALS
-}
 
 /// The size of the file `fd` refers to.
 fn file_size(fd: &OwnedFd) -> Result<u64, BackendError> {
@@ -224,6 +213,7 @@ impl Drop for PeerMapping {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blockwire_core::kit::SEALS;
 
     /// A memfd of `len` bytes, sealed with `seals`.
     fn memfd(len: usize, seals: libc::c_int) -> OwnedFd {

@@ -1,17 +1,13 @@
 //! The memory of owned regions: a private anonymous mapping, or a shared mapping of a sealed
 //! memfd that peer processes can map too.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use blockwire_core::kit::advise_huge_pages;
+use blockwire_core::kit::{self, advise_huge_pages};
 use blockwire_core::{Error, Result};
 
 use super::REGION_ALIGN;
-
-/// The seals of a shared region's memfd: its size is fixed (a peer's mapping can never fault
-/// for a page beyond the end) and the seals themselves cannot change.
-const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// Which memory an owned region is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -103,27 +99,6 @@ impl Drop for Mapping {
 
 /// A memfd of `len` bytes, sealed so its size never changes.
 fn sealed_memfd(len: usize) -> Result<OwnedFd> {
-    // SAFETY: a NUL-terminated name and flags; returns a new fd or -1.
-    let fd = unsafe {
-        libc::memfd_create(
-            c"blockwire-region".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
-        )
-    };
-    if fd < 0 {
-        return Err(os_error("memfd_create for a shared region".into()));
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    let size = libc::off_t::try_from(len)
-        .map_err(|_| Error::Region(format!("{len} bytes do not fit a file size")))?;
-    // SAFETY: plain syscalls on the fd just created.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), size) } != 0 {
-        return Err(os_error(format!("sizing a shared region of {len} bytes")));
-    }
-    // SAFETY: as above.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) } != 0 {
-        return Err(os_error("sealing a shared region".into()));
-    }
-    Ok(fd)
+    kit::sealed_memfd(c"blockwire-region", len)
+        .map_err(|e| Error::Region(format!("a memfd for a shared region of {len} bytes: {e}")))
 }

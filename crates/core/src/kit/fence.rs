@@ -19,7 +19,8 @@
 //! A target waits at most [`CLOSE_WAIT`] (an initiator stopped inside a post keeps its lock):
 //! past it the close goes on, and says so at `error` level. Peers in the target's own process
 //! hold a count and a flag in memory instead of the lock ([`PeerFence::open`]): the same
-//! protocol without a system call per post.
+//! protocol without a system call per post ([`Admission`], which the `shm` backend's lease
+//! keeps in a page its peer processes map).
 //!
 //! [`CloseFence`] is such a file for a backend that has none: a memfd, named in the backend's
 //! address by pid, descriptor number and a random token ([`FenceRef`]); a peer reopens it
@@ -32,99 +33,27 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::Mutex;
-
 use crate::BackendError;
 use crate::kit::{AddressReader, AddressWriter};
 
-use local::LocalFence;
+pub use admission::Admission;
+#[cfg(test)]
+use flock::try_flock;
+pub use flock::{SharedFlock, wait_exclusive};
 
+mod admission;
+mod flock;
 mod local;
 mod published;
 
 /// How long a closing target waits for the posts that checked before its close to return.
 pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
-
-/// `flock(2)` without waiting: `Ok(false)` when another open of the file holds a conflicting
-/// lock. (`File::try_lock` and friends need Rust 1.89, past the workspace's MSRV.)
-fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
-    // SAFETY: `flock` on a descriptor this `File` owns and keeps open through the call.
-    let ret = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
-    if ret == 0 {
-        return Ok(true);
-    }
-    let e = io::Error::last_os_error();
-    match e.kind() {
-        io::ErrorKind::WouldBlock => Ok(false),
-        _ => Err(e),
-    }
-}
-
-/// An initiator's open of a target's file, whose shared lock its posts hold.
-///
-/// The open is shared by every post to the target (a backend's posting and retry threads),
-/// and a lock belongs to the open, not to a thread: the first holder takes it and the last
-/// gives it back.
-///
-/// ```
-/// use blockwire_core::kit::fence::{SharedFlock, wait_exclusive};
-/// let path = std::env::temp_dir().join(format!("bw-fence-doc-{}", std::process::id()));
-/// std::fs::write(&path, b"target")?;
-/// let posts = SharedFlock::new(std::fs::File::open(&path)?);
-/// assert!(posts.acquire()?, "the target is not closing");
-/// posts.release();
-/// // The target's close gets the lock at once: no post holds it.
-/// assert!(wait_exclusive(&std::fs::File::open(&path)?, std::time::Duration::ZERO).is_ok());
-/// # std::fs::remove_file(&path)?;
-/// # Ok::<(), std::io::Error>(())
-/// ```
-pub struct SharedFlock {
-    file: File,
-    holders: Mutex<usize>,
-}
-
-impl SharedFlock {
-    /// Posts to the target whose file `file` is (this side's own open of it).
-    pub fn new(file: File) -> Self {
-        SharedFlock {
-            file,
-            holders: Mutex::new(0),
-        }
-    }
-
-    /// The file, to read the target's mark from.
-    pub fn file(&self) -> &File {
-        &self.file
-    }
-
-    /// One more holder. `Ok(false)` when the target holds the lock: it is closing, and the
-    /// caller must not post (nor [`release`](Self::release)).
-    pub fn acquire(&self) -> io::Result<bool> {
-        let mut holders = self.holders.lock();
-        if *holders == 0 && !try_flock(&self.file, libc::LOCK_SH)? {
-            return Ok(false);
-        }
-        *holders += 1;
-        Ok(true)
-    }
-
-    /// One holder fewer; the last gives the lock back.
-    pub fn release(&self) {
-        let mut holders = self.holders.lock();
-        *holders = holders.saturating_sub(1);
-        if *holders == 0 {
-            if let Err(e) = try_flock(&self.file, libc::LOCK_UN) {
-                tracing::warn!(error = %e, "giving back a close fence's shared lock");
-            }
-        }
-    }
-}
 
 /// Naps, from 20 µs doubling up to 2 ms, until `ready` says so, for at most `bound`:
 /// `Ok(true)` when ready, `Ok(false)` when the bound passed first, or `ready`'s error. The
@@ -141,35 +70,6 @@ fn wait_until(bound: Duration, mut ready: impl FnMut() -> io::Result<bool>) -> i
         }
         std::thread::sleep(nap);
         nap = (nap * 2).min(Duration::from_millis(2));
-    }
-}
-
-/// A closing target's wait (see the module docs): takes `file`'s lock exclusively, which
-/// means no peer's post that checked before the target's mark is still running, and gives it
-/// back. `Ok(waited)`; `Err(waited)` when a peer still held it after `bound`, or the lock
-/// failed (logged).
-pub fn wait_exclusive(file: &File, bound: Duration) -> Result<Duration, Duration> {
-    let started = Instant::now();
-    match wait_until(bound, || try_flock(file, libc::LOCK_EX)) {
-        // Given back at once: a later holder sees the mark.
-        Ok(true) => {
-            if let Err(e) = try_flock(file, libc::LOCK_UN) {
-                tracing::warn!(error = %e, "giving back a close fence's lock");
-            }
-            Ok(started.elapsed())
-        }
-        Ok(false) => {
-            tracing::error!(
-                waited = ?started.elapsed(),
-                "a peer process is still inside a post to this closed transport: the close \
-                 goes on, and that post may copy into or out of the region after it"
-            );
-            Err(started.elapsed())
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "locking a close fence: peers' posts not waited for");
-            Err(started.elapsed())
-        }
     }
 }
 
@@ -268,7 +168,7 @@ pub struct CloseFence {
     file: File,
     reference: FenceRef,
     /// What peers in this process hold instead of the file's lock.
-    local: Arc<LocalFence>,
+    local: Arc<Admission>,
     /// Where [`CloseFence::publish`] wrote the reference, removed on drop.
     published: Option<PathBuf>,
 }
@@ -277,14 +177,10 @@ impl CloseFence {
     /// A new fence, not closed.
     pub fn create() -> Result<Self, BackendError> {
         let fail = |what: &str| BackendError::from_io(what, &io::Error::last_os_error());
-        // SAFETY: a NUL-terminated name and flags; returns a new descriptor or -1.
-        let fd =
-            unsafe { libc::memfd_create(c"blockwire-close-fence".as_ptr(), libc::MFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(fail("memfd_create for the close fence"));
-        }
-        // SAFETY: `fd` is a new descriptor nothing else owns.
-        let file = unsafe { File::from_raw_fd(fd) };
+        let file = File::from(
+            super::sealed_memfd(c"blockwire-close-fence", MARK_AT as usize + 1)
+                .map_err(|e| BackendError::from_io("a memfd for the close fence", &e))?,
+        );
         let mut token = [0u8; TOKEN_LEN];
         // SAFETY: `token` is writable for its whole length, which is what is passed.
         let n = unsafe { libc::getrandom(token.as_mut_ptr().cast(), TOKEN_LEN, 0) };
@@ -298,10 +194,10 @@ impl CloseFence {
             .map_err(|e| BackendError::from_io("writing the close fence", &e))?;
         let reference = FenceRef {
             pid: std::process::id(),
-            fd: fd.unsigned_abs(),
+            fd: file.as_raw_fd().unsigned_abs(),
             token,
         };
-        let local = LocalFence::register(reference);
+        let local = local::register(reference);
         Ok(CloseFence {
             file,
             reference,
@@ -340,7 +236,7 @@ impl CloseFence {
             tracing::error!(error = %e, "marking the close fence closed: peers' posts go on");
             return Err(started.elapsed());
         }
-        if !wait_until(CLOSE_WAIT, || Ok(self.local.is_idle())).unwrap_or(false) {
+        if !self.local.close(CLOSE_WAIT) {
             tracing::error!(
                 waited = ?started.elapsed(),
                 "a post of this process is still inside a post to this closed transport: the \
@@ -375,7 +271,7 @@ pub struct PeerFence {
 /// How a peer holds a target's fence.
 enum Held {
     /// A target of this process: its count and flag.
-    Local(Arc<LocalFence>),
+    Local(Arc<Admission>),
     /// A target of another process: the file's shared lock and mark.
     Shared(SharedFlock),
 }
@@ -399,7 +295,7 @@ impl PeerFence {
     /// it cannot copy into the target's memory inside its posts either.
     pub fn open(r: &FenceRef) -> Option<Arc<Self>> {
         match (r.pid == std::process::id())
-            .then(|| LocalFence::find(r))
+            .then(|| local::find(r))
             .flatten()
         {
             Some(fence) => Some(Arc::new(PeerFence {

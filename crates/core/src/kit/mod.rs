@@ -18,6 +18,7 @@
 //! - [`contiguous_runs`] and [`checked_runs`]: a transfer's blocks that are adjacent on both
 //!   sides, as runs a backend moves with one operation each;
 //! - [`advise_huge_pages`]: the transparent-huge-page hint for large mappings;
+//! - [`sealed_memfd`]: a file in memory whose size cannot change, which peers map safely;
 //! - [`fence`]: a target's close against same-host peers that copy into or out of its memory
 //!   inside their own posts.
 
@@ -28,6 +29,7 @@ pub mod fence;
 mod inbox;
 mod link;
 mod live;
+mod memfd;
 mod pages;
 mod posted;
 pub mod process;
@@ -41,6 +43,7 @@ pub use doorbell::Doorbell;
 pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};
+pub use memfd::{SEALS, is_sealed, sealed_memfd};
 pub use pages::{HUGE_PAGE_HINT_BYTES, advise_huge_pages};
 pub use posted::PostedTransfers;
 pub use process::ProcessWatch;
