@@ -320,10 +320,12 @@ impl Backend for NixlBackend {
         } else {
             None
         };
-        // Held across the post, in which the data may move: the peer's close waits for it.
-        let fenced = peer.hold_fence()?;
         let guard = self.inner.lock();
         let inner = guard.as_ref().ok_or_else(revoked)?;
+        // Held across the post, in which the data may move: the peer's close waits for it.
+        // Taken once the agent's lock is ours (never waits), so that close never waits for
+        // this thread's wait for the lock, behind another post's copy.
+        let fenced = peer.hold_fence()?;
         let request = match lists {
             Some((near, far)) => inner
                 .agent
@@ -377,10 +379,10 @@ impl Backend for NixlBackend {
                 format!("notification frame: {problem}"),
             )
         })?;
-        // The probe reads a byte of the peer's region (see `notify`).
-        let fenced = peer.hold_fence()?;
         let guard = self.inner.lock();
         let inner = guard.as_ref().ok_or_else(revoked)?;
+        // The probe reads a byte of the peer's region (see `notify`); taken as in `post`.
+        let fenced = peer.hold_fence()?;
         if n.sender != inner.name {
             // Only for a transport named like an unnamed backend (see `agent_name`).
             tracing::debug!(sender = %n.sender, agent = %inner.name, "NIXL sends as the agent");

@@ -1,6 +1,7 @@
 //! The caller's side of the agent's lock: observing and releasing a transfer, and letting a
 //! peer go, never wait for it (another thread may hold it across a post that copies the data
-//! inside NIXL); the stall watchdog's look (`state_blocking`) does.
+//! inside NIXL); the stall watchdog's look (`state_blocking`) does. A post waiting for it
+//! holds no peer's close fence yet.
 
 use std::ptr::NonNull;
 use std::sync::mpsc;
@@ -262,5 +263,41 @@ fn letting_a_peer_go_never_waits_for_the_agents_lock() {
         b_mem[2 * BLOCK_LEN..3 * BLOCK_LEN],
         [0u8; BLOCK_LEN],
         "block 2 untouched"
+    );
+}
+
+#[test]
+fn a_post_waiting_for_the_agents_lock_does_not_hold_off_the_peers_close() {
+    let (mut a_mem, mut b_mem) = (vec![7u8; 4 * BLOCK_LEN], vec![0u8; 4 * BLOCK_LEN]);
+    // SAFETY: both vectors outlive both backends, dropped before them at the end.
+    let (a, b, desc) = unsafe { open_pair(&mut a_mem, &mut b_mem) };
+    let peer = a.connect(&desc).expect("connect");
+    let posted = std::thread::scope(|s| {
+        // Another post inside NIXL, copying: this one waits for the agent's lock.
+        let held = a.inner.lock();
+        let (a, peer) = (&a, &peer);
+        let waiting = s.spawn(move || a.post(peer, Op::Write, &[0], &[1]).map(|_| ()));
+        std::thread::sleep(Duration::from_millis(100));
+        // The target's close: a post that has not reached NIXL yet holds nothing it waits for
+        // (it would give up after CLOSE_WAIT and say so, an `Err`).
+        let closed = b.fence.close();
+        assert!(
+            closed.is_ok(),
+            "the close waited for a post not yet made: {closed:?}"
+        );
+        drop(held);
+        waiting.join().expect("join")
+    });
+    let refused = posted.expect_err("a post made after the target's close");
+    assert_eq!(
+        refused.kind(),
+        blockwire_core::BackendErrorKind::RemoteDisconnect
+    );
+    a.disconnect(peer);
+    drop((a, b));
+    assert_eq!(
+        b_mem[BLOCK_LEN..2 * BLOCK_LEN],
+        [0u8; BLOCK_LEN],
+        "it landed"
     );
 }
