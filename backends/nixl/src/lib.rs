@@ -36,9 +36,9 @@
 //!   plugin copies the data inside it on one host: milliseconds for large blocks); a status
 //!   check, called by the caller's `poll`, that finds the lock taken reports the transfer
 //!   running instead of waiting, and the next poll checks again.
-//! - **Close fence**: the address names a memfd of this backend's
-//!   (`blockwire_core::kit::fence`), which a peer on this host reopens at connect and holds
-//!   locked across each post to this backend, in which NIXL's UCX plugin copies with `cma`
+//! - **Close fence**: the address names a memfd page of this backend's
+//!   (`blockwire_core::kit::fence`), which a peer on this host reopens and maps at connect
+//!   and counts each post to this backend in on, in which NIXL's UCX plugin copies with `cma`
 //!   (`process_vm_writev`/`readv` on this process): revoke marks it closed first and waits for
 //!   the posts that checked before (at most `kit::fence::CLOSE_WAIT`); later posts are
 //!   refused as a remote disconnect. Destroying the agent would not stop those copies. NIXL's

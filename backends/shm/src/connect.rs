@@ -10,7 +10,7 @@ use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use crate::ShmBackend;
 use crate::address::ShmAddress;
 use crate::copier::Target;
-use crate::lease::Lease;
+use crate::lease::PeerLease;
 use crate::live::LiveRegion;
 use crate::mapping::{NO_FD, PeerMapping};
 use crate::notify;
@@ -138,7 +138,7 @@ impl ShmBackend {
                 "lease descriptor out of range",
             ))
         })?;
-        let lease = Lease::attach(&proc, lease_fd).map_err(context)?;
+        let lease = PeerLease::attach(&proc, lease_fd).map_err(context)?;
         let outlet = notify::Outlet::new(&addr).map_err(context)?;
         let mapping = if self.map_peers && found.region_fd != NO_FD {
             Some(

@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::RwLockReadGuard;
 
 use crate::chunks::Chunks;
-use crate::lease::Lease;
+use crate::lease::PeerLease;
 use crate::live::LiveRegion;
 use crate::mapping::PeerMapping;
 use crate::memcopy::CopyKernel;
@@ -30,7 +30,7 @@ pub(crate) enum Target {
         /// The peer process.
         proc: ProcessWatch,
         /// Its region's lease.
-        lease: Lease,
+        lease: PeerLease,
         /// Its notification socket.
         outlet: Outlet,
         /// Its region mapped into this process, when it lives in shared memory (and the

@@ -1,40 +1,39 @@
-//! A target's close against peer processes on its host that copy straight into or out of its
-//! memory inside their own posts.
+//! A target's close against peers on its host that copy straight into or out of its memory
+//! inside their own posts.
 //!
 //! Some libraries move same-host data in the initiator's post, with `process_vm_readv` or
 //! `process_vm_writev` on the target process: libfabric 1.17's `shm` provider for READs
 //! without `FI_DELIVERY_COMPLETE`, UCX's `cma` transport (so NIXL's UCX plugin) for puts and
-//! gets. Nothing the target does stops such a copy: closing its endpoint or destroying its
-//! agent only stops the copies its own progress makes. The two sides therefore agree through
-//! a file both hold open, each with an open of its own (`flock` locks belong to an open file,
-//! so the two sides' locks conflict):
+//! gets; the `shm` backend copies that way itself, or into a mapping of the target's region.
+//! Nothing the target does stops such a copy: closing its endpoint or destroying its agent
+//! only stops the copies its own progress makes. The two sides therefore agree:
 //!
-//! - an initiator posts under a shared lock of the target's file ([`SharedFlock::acquire`]),
-//!   taken before it checks that the target has not closed, and given back after the post;
-//! - a closing target first marks itself closed, then takes the lock exclusively
-//!   ([`wait_exclusive`]), which it gets only once every post that checked before the mark
-//!   has returned, its copy done. A post that checks later sees the mark, or finds the lock
-//!   taken (`acquire` says `false`), and is refused.
+//! - an initiator counts a post in before it checks that the target has not closed, and out
+//!   after the post returned, its copy done;
+//! - a closing target first marks itself closed, then waits until no post is counted in. A
+//!   post that checks later sees the mark and is refused.
 //!
-//! A target waits at most [`CLOSE_WAIT`] (an initiator stopped inside a post keeps its lock):
-//! past it the close goes on, and says so at `error` level. Peers in the target's own process
-//! hold a count and a flag in memory instead of the lock ([`PeerFence::open`]): the same
-//! protocol without a system call per post ([`Admission`], which the `shm` backend's lease
-//! keeps in a page its peer processes map).
-//!
-//! [`CloseFence`] is such a file for a backend that has none: a memfd, named in the backend's
-//! address by pid, descriptor number and a random token ([`FenceRef`]); a peer reopens it
-//! through `/proc/<pid>/fd/<n>` ([`PeerFence::open`]), which needs the same permission as
-//! `process_vm_readv` into that process: a peer that cannot reopen it (another host, another
-//! pid namespace, no ptrace access) cannot copy into the target that way either. Where the
+//! [`CloseFence`] is that agreement in one page of a sealed memfd that the target and each
+//! peer map, with a slot per peer (no system call per post on either side; a peer whose
+//! process is gone holds nothing). It is named in the backend's address by pid, descriptor
+//! number and a random token ([`FenceRef`]); a peer reopens it through `/proc/<pid>/fd/<n>`
+//! ([`PeerFence::open`]), which needs the same permission as `process_vm_readv` into that
+//! process: a peer that cannot reopen it (another host, another pid namespace, no ptrace
+//! access) cannot copy into the target that way either. A backend that names the memfd in a
+//! record of its own duplicates it instead ([`PeerFence::from_duplicate`]). Where the
 //! handshake's bytes are another library's (NIXL's agent metadata), the target publishes the
 //! reference under those bytes ([`CloseFence::publish`]) and a peer given them finds it
 //! ([`FenceRef::published`]).
+//!
+//! Where the library keeps a file its peers open already (libfabric `shm`'s endpoint file),
+//! the same agreement is a `flock` of it: posts hold it shared ([`SharedFlock`]), the close
+//! takes it exclusively ([`wait_exclusive`]).
+//!
+//! A target waits at most [`CLOSE_WAIT`] (a peer stopped inside a post holds it): past it the
+//! close goes on, and says so at `error` level.
 
-use std::fs::File;
 use std::io;
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,14 +41,11 @@ use std::time::{Duration, Instant};
 use crate::BackendError;
 use crate::kit::{AddressReader, AddressWriter};
 
-pub use admission::Admission;
-#[cfg(test)]
-use flock::try_flock;
 pub use flock::{SharedFlock, wait_exclusive};
+use page::{FencePage, PageSlot};
 
-mod admission;
 mod flock;
-mod local;
+mod page;
 mod published;
 
 /// How long a closing target waits for the posts that checked before its close to return.
@@ -73,10 +69,7 @@ fn wait_until(bound: Duration, mut ready: impl FnMut() -> io::Result<bool>) -> i
     }
 }
 
-const MAGIC: &[u8; 8] = b"BWFENCE1";
 const TOKEN_LEN: usize = 16;
-/// Where the closed mark is: after the magic and the token.
-const MARK_AT: u64 = (MAGIC.len() + TOKEN_LEN) as u64;
 
 /// Where a peer finds a target's [`CloseFence`]: in the target's address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,8 +78,8 @@ pub struct FenceRef {
     pub pid: u32,
     /// The fence's descriptor number in that process.
     pub fd: u32,
-    /// What the file holds after its magic: tells it from any other file that descriptor
-    /// could be.
+    /// What the fence's page holds after its magic: tells it from any other file that
+    /// descriptor could be.
     pub token: [u8; TOKEN_LEN],
 }
 
@@ -151,8 +144,9 @@ impl FenceRef {
     }
 }
 
-/// A target's fence: a memfd holding a magic, a random token and the closed mark, which its
-/// peers reopen and lock around their posts (see the module docs).
+/// A target's fence: a page of a sealed memfd holding a magic, a random token, the closed
+/// mark and a slot per peer, which its peers map and count their posts in (see the module
+/// docs).
 ///
 /// ```
 /// use blockwire_core::kit::fence::{CloseFence, PeerFence};
@@ -165,10 +159,10 @@ impl FenceRef {
 /// # Ok::<(), blockwire_core::BackendError>(())
 /// ```
 pub struct CloseFence {
-    file: File,
+    /// The page's memfd, which peers reopen or duplicate.
+    fd: OwnedFd,
+    page: FencePage,
     reference: FenceRef,
-    /// What peers in this process hold instead of the file's lock.
-    local: Arc<Admission>,
     /// Where [`CloseFence::publish`] wrote the reference, removed on drop.
     published: Option<PathBuf>,
 }
@@ -176,32 +170,26 @@ pub struct CloseFence {
 impl CloseFence {
     /// A new fence, not closed.
     pub fn create() -> Result<Self, BackendError> {
-        let fail = |what: &str| BackendError::from_io(what, &io::Error::last_os_error());
-        let file = File::from(
-            super::sealed_memfd(c"blockwire-close-fence", MARK_AT as usize + 1)
-                .map_err(|e| BackendError::from_io("a memfd for the close fence", &e))?,
-        );
         let mut token = [0u8; TOKEN_LEN];
         // SAFETY: `token` is writable for its whole length, which is what is passed.
         let n = unsafe { libc::getrandom(token.as_mut_ptr().cast(), TOKEN_LEN, 0) };
         if n != TOKEN_LEN as isize {
-            return Err(fail("getrandom for the close fence's token"));
+            return Err(BackendError::from_io(
+                "getrandom for the close fence's token",
+                &io::Error::last_os_error(),
+            ));
         }
-        let mut content = MAGIC.to_vec();
-        content.extend_from_slice(&token);
-        content.push(0);
-        file.write_all_at(&content, 0)
-            .map_err(|e| BackendError::from_io("writing the close fence", &e))?;
+        let (fd, page) = FencePage::create(token)
+            .map_err(|e| BackendError::from_io("a memfd page for the close fence", &e))?;
         let reference = FenceRef {
             pid: std::process::id(),
-            fd: file.as_raw_fd().unsigned_abs(),
+            fd: fd.as_raw_fd().unsigned_abs(),
             token,
         };
-        let local = local::register(reference);
         Ok(CloseFence {
-            file,
+            fd,
+            page,
             reference,
-            local,
             published: None,
         })
     }
@@ -226,29 +214,26 @@ impl CloseFence {
         self.reference
     }
 
+    /// The memfd's descriptor number, for a backend that names it in a record of its own
+    /// (peers duplicate it: [`PeerFence::from_duplicate`]).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
     /// Marks the target closed, then waits (at most [`CLOSE_WAIT`]) for the peers' posts that
-    /// checked before the mark: those of this process, then those of others
-    /// ([`wait_exclusive`]). Idempotent.
+    /// checked before the mark: `Ok(waited)`, or `Err(waited)` when a peer's process still
+    /// had one in flight after the bound (logged). Idempotent.
     pub fn close(&self) -> Result<Duration, Duration> {
         let started = Instant::now();
-        self.local.mark_closed();
-        if let Err(e) = self.file.write_all_at(&[1], MARK_AT) {
-            tracing::error!(error = %e, "marking the close fence closed: peers' posts go on");
-            return Err(started.elapsed());
+        if self.page.close(CLOSE_WAIT) {
+            return Ok(started.elapsed());
         }
-        if !self.local.close(CLOSE_WAIT) {
-            tracing::error!(
-                waited = ?started.elapsed(),
-                "a post of this process is still inside a post to this closed transport: the \
-                 close goes on, and that post may copy into or out of the region after it"
-            );
-            return Err(started.elapsed());
-        }
-        let left = CLOSE_WAIT.saturating_sub(started.elapsed());
-        match wait_exclusive(&self.file, left) {
-            Ok(_) => Ok(started.elapsed()),
-            Err(_) => Err(started.elapsed()),
-        }
+        tracing::error!(
+            waited = ?started.elapsed(),
+            "a peer is still inside a post to this closed transport (its process stopped?): \
+             the close goes on, and that post may copy into or out of the region after it"
+        );
+        Err(started.elapsed())
     }
 }
 
@@ -262,18 +247,11 @@ impl Drop for CloseFence {
     }
 }
 
-/// A peer's [`CloseFence`] as an initiator holds it around its posts.
+/// A peer's [`CloseFence`] as an initiator holds it around its posts: its slot in the
+/// target's page.
 pub struct PeerFence {
-    held: Held,
+    slot: PageSlot,
     pid: u32,
-}
-
-/// How a peer holds a target's fence.
-enum Held {
-    /// A target of this process: its count and flag.
-    Local(Arc<Admission>),
-    /// A target of another process: the file's shared lock and mark.
-    Shared(SharedFlock),
 }
 
 /// A post's hold on its target's fence; given back when dropped.
@@ -281,80 +259,73 @@ pub struct FenceHold(Arc<PeerFence>);
 
 impl Drop for FenceHold {
     fn drop(&mut self) {
-        match &self.0.held {
-            Held::Local(fence) => fence.leave(),
-            Held::Shared(lock) => lock.release(),
-        }
+        self.0.slot.leave();
     }
 }
 
 impl PeerFence {
-    /// The target's fence `r` names: its count and flag for a target of this process, else
-    /// its file, reopened. `None` when this process cannot reopen it (another host or pid
-    /// namespace, no ptrace access to the target, a descriptor that is not the fence): then
-    /// it cannot copy into the target's memory inside its posts either.
+    /// The target's fence `r` names, reopened and mapped. `None` when this process cannot
+    /// reopen it (another host or pid namespace, no ptrace access to the target, a
+    /// descriptor that is not the fence): then it cannot copy into the target's memory inside
+    /// its posts either; or when every slot of the page belongs to a live peer (logged).
     pub fn open(r: &FenceRef) -> Option<Arc<Self>> {
-        match (r.pid == std::process::id())
-            .then(|| local::find(r))
-            .flatten()
-        {
-            Some(fence) => Some(Arc::new(PeerFence {
-                held: Held::Local(fence),
-                pid: r.pid,
-            })),
-            None => Self::open_shared(r),
-        }
-    }
-
-    /// The target's fence `r` names, by its file, reopened (see [`PeerFence::open`]); also
-    /// for a target of this process, to test the way other processes hold it.
-    pub fn open_shared(r: &FenceRef) -> Option<Arc<Self>> {
         let path = format!("/proc/{}/fd/{}", r.pid, r.fd);
-        let file = match File::open(&path) {
+        // Read and write: the page is mapped shared and written (the peer's slot).
+        let file = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+        {
             Ok(file) => file,
             Err(e) => {
                 tracing::debug!(%path, error = %e, "the peer's close fence cannot be reopened");
                 return None;
             }
         };
-        let mut head = [0u8; MAGIC.len() + TOKEN_LEN];
-        let ours = file.read_exact_at(&mut head, 0).is_ok()
-            && head[..MAGIC.len()] == MAGIC[..]
-            && head[MAGIC.len()..] == r.token;
-        if !ours {
-            tracing::debug!(%path, "not the peer's close fence (another host or pid namespace)");
-            return None;
+        match FencePage::attach(&file) {
+            Ok(page) if page.token() == r.token => Self::holding(page, r.pid).ok(),
+            Ok(_) => {
+                tracing::debug!(%path, "another close fence than the peer's");
+                None
+            }
+            Err(why) => {
+                tracing::debug!(%path, %why, "not the peer's close fence (another host or pid namespace)");
+                None
+            }
         }
-        Some(Arc::new(PeerFence {
-            held: Held::Shared(SharedFlock::new(file)),
-            pid: r.pid,
-        }))
+    }
+
+    /// The fence whose memfd `fd` is, duplicated from process `pid` (which names it in a
+    /// record of its own, so there is no token to check). `Err(why)` when it is not a close
+    /// fence's page, or every slot belongs to a live peer.
+    pub fn from_duplicate(fd: &impl AsRawFd, pid: u32) -> Result<Arc<Self>, String> {
+        Self::holding(FencePage::attach(fd)?, pid)
+    }
+
+    fn holding(page: FencePage, pid: u32) -> Result<Arc<Self>, String> {
+        match Arc::new(page).claim() {
+            Some(slot) => Ok(Arc::new(PeerFence { slot, pid })),
+            None => {
+                let why = format!(
+                    "every one of the {} slots of the close fence of process {pid} belongs to \
+                     a live peer: posts to it are not fenced off its close",
+                    page::SLOTS
+                );
+                tracing::warn!("{why}");
+                Err(why)
+            }
+        }
     }
 
     /// Holds the fence for a post: `Err(why)` when the target closed, or is closing (the post
     /// must not be made).
     pub fn hold(self: &Arc<Self>) -> Result<FenceHold, String> {
-        let closed = || format!("the peer's transport in process {} closed", self.pid);
-        let lock = match &self.held {
-            Held::Local(fence) => {
-                return match fence.enter() {
-                    true => Ok(FenceHold(self.clone())),
-                    false => Err(closed()),
-                };
-            }
-            Held::Shared(lock) => lock,
-        };
-        match lock.acquire() {
-            Ok(true) => {}
-            Ok(false) => return Err(closed()),
-            Err(e) => return Err(format!("locking the peer's close fence: {e}")),
-        }
-        let hold = FenceHold(self.clone());
-        let mut mark = [0u8; 1];
-        match lock.file().read_exact_at(&mut mark, MARK_AT) {
-            Ok(()) if mark[0] == 0 => Ok(hold),
-            Ok(()) => Err(closed()),
-            Err(e) => Err(format!("reading the peer's close fence: {e}")),
+        match self.slot.enter() {
+            true => Ok(FenceHold(self.clone())),
+            false => Err(format!(
+                "the peer's transport in process {} closed",
+                self.pid
+            )),
         }
     }
 }

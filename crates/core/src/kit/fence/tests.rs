@@ -1,21 +1,43 @@
-//! Both sides of a close fence in one process, each case both ways a peer holds it: as a peer
-//! of this process (`open`: the count and flag) and as one of another process would
-//! (`open_shared`: its own open of the file, whose locks conflict with the target's).
+//! Both sides of a close fence in one process: the peer reopens the target's memfd and maps
+//! its page as a peer process does (`/proc/self/fd/<n>`), so the two sides share memory only
+//! through the page.
 
 use super::*;
+use std::fs::File;
+use std::os::fd::FromRawFd;
 use std::sync::mpsc;
 
-type Open = fn(&FenceRef) -> Option<Arc<PeerFence>>;
+/// The two ways a peer gets the fence: by its reference, or by a duplicate of its memfd.
+const OPENS: [&str; 2] = ["reference", "duplicate"];
 
-const OPENS: [(&str, Open); 2] = [
-    ("this process", PeerFence::open),
-    ("shared", PeerFence::open_shared),
-];
+fn open(how: &str, target: &CloseFence) -> Option<Arc<PeerFence>> {
+    match how {
+        "reference" => PeerFence::open(&target.reference()),
+        _ => {
+            // SAFETY: F_DUPFD_CLOEXEC on the fence's descriptor, open while `target` lives; the
+            // result is a new descriptor of this process or -1.
+            let dup = unsafe { libc::fcntl(target.raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+            // SAFETY: a descriptor just made, owned by nobody else (or -1, refused first).
+            let dup = (dup >= 0).then(|| unsafe { OwnedFd::from_raw_fd(dup) })?;
+            PeerFence::from_duplicate(&dup, std::process::id()).ok()
+        }
+    }
+}
 
-fn pair(open: Open) -> (Arc<CloseFence>, Arc<PeerFence>) {
+fn pair(how: &str) -> (Arc<CloseFence>, Arc<PeerFence>) {
     let target = CloseFence::create().expect("create");
-    let peer = open(&target.reference()).expect("reopen");
+    let peer = open(how, &target).expect("reopen");
     (Arc::new(target), peer)
+}
+
+/// A process id no process has: a child's, once reaped.
+fn a_dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("wait");
+    pid
 }
 
 /// Closes `target` on a thread of its own: the result comes on the receiver.
@@ -33,8 +55,8 @@ fn close_on_a_thread(
 
 #[test]
 fn a_post_is_held_before_the_close_and_refused_after_it() {
-    for (how, open) in OPENS {
-        let (target, peer) = pair(open);
+    for how in OPENS {
+        let (target, peer) = pair(how);
         drop(peer.hold().expect("before the close"));
         assert!(target.close().is_ok(), "{how}");
         let why = peer
@@ -48,9 +70,9 @@ fn a_post_is_held_before_the_close_and_refused_after_it() {
 
 #[test]
 fn the_close_marks_first_then_waits_for_a_post_in_flight() {
-    for (how, open) in OPENS {
-        let (target, peer) = pair(open);
-        let other = open(&target.reference()).expect("a second peer");
+    for how in OPENS {
+        let (target, peer) = pair(how);
+        let other = open(how, &target).expect("a second peer");
         let post = peer.hold().expect("a post in flight");
         let (finished, closing) = close_on_a_thread(&target);
         // Marked before the wait: a post that checks now is refused.
@@ -75,8 +97,8 @@ fn the_close_marks_first_then_waits_for_a_post_in_flight() {
 
 #[test]
 fn one_posts_end_leaves_anothers_hold_in_place() {
-    for (how, open) in OPENS {
-        let (target, peer) = pair(open);
+    for how in OPENS {
+        let (target, peer) = pair(how);
         let first = peer.hold().expect("first");
         let second = peer.hold().expect("second");
         drop(first);
@@ -92,30 +114,56 @@ fn one_posts_end_leaves_anothers_hold_in_place() {
 }
 
 #[test]
-fn a_peer_of_this_process_takes_no_file_lock() {
+fn a_peer_whose_process_is_gone_holds_no_close() {
+    for how in OPENS {
+        let (target, peer) = pair(how);
+        let _killed_inside_a_post = peer.hold().expect("a post");
+        peer.slot.set_pid(a_dead_pid());
+        let waited = target.close().expect("the close waited for a dead process");
+        assert!(waited < CLOSE_WAIT, "{how}: {waited:?}");
+        assert!(peer.hold().is_err(), "{how}: a post after the close");
+    }
+}
+
+#[test]
+fn a_full_page_takes_over_a_dead_peers_slot_only() {
     let target = CloseFence::create().expect("create");
-    let file = File::open(format!("/proc/self/fd/{}", target.reference().fd)).expect("open");
-    let local = PeerFence::open(&target.reference()).expect("open");
-    let shared = PeerFence::open_shared(&target.reference()).expect("open");
-    let held = local.hold().expect("hold");
+    let peers: Vec<_> = (0..page::SLOTS)
+        .map(|i| PeerFence::open(&target.reference()).unwrap_or_else(|| panic!("peer {i}")))
+        .collect();
     assert!(
-        try_flock(&file, libc::LOCK_EX).expect("flock"),
-        "a local hold took the lock"
+        PeerFence::open(&target.reference()).is_none(),
+        "a slot past the page's"
     );
-    assert!(try_flock(&file, libc::LOCK_UN).expect("unlock"));
-    drop(held);
-    let held = shared.hold().expect("hold");
-    assert!(
-        !try_flock(&file, libc::LOCK_EX).expect("flock"),
-        "a shared hold took no lock"
-    );
-    drop(held);
+    // A peer that died inside a post: its slot is taken over, its count with it.
+    let dead = peers[7].hold().expect("a post");
+    peers[7].slot.set_pid(a_dead_pid());
+    std::mem::forget(dead);
+    let late = PeerFence::open(&target.reference()).expect("the dead peer's slot");
+    assert_eq!(late.slot.index(), peers[7].slot.index());
+    let post = late.hold().expect("a post");
+    drop(post);
+    assert!(target.close().is_ok(), "the dead peer's count was kept");
+    drop(peers);
+}
+
+#[test]
+fn a_duplicate_of_anything_but_a_fence_is_refused() {
+    let not_sealed = File::open("/proc/self/exe").expect("open");
+    assert!(PeerFence::from_duplicate(&not_sealed, 1).is_err());
+    let sealed = crate::kit::sealed_memfd(c"not a fence", 4096).expect("memfd");
+    let why = PeerFence::from_duplicate(&sealed, 1)
+        .err()
+        .expect("refused");
+    assert!(why.contains("magic"), "{why}");
+    let short = crate::kit::sealed_memfd(c"short", 64).expect("memfd");
+    assert!(PeerFence::from_duplicate(&short, 1).is_err());
 }
 
 #[test]
 fn the_close_gives_up_on_a_post_that_never_returns() {
-    for (how, open) in OPENS {
-        let (target, peer) = pair(open);
+    for how in OPENS {
+        let (target, peer) = pair(how);
         let _stuck = peer.hold().expect("a post");
         let waited = target.close().expect_err("the close waited it out");
         assert!(waited >= CLOSE_WAIT, "{how}: {waited:?}");
@@ -126,21 +174,19 @@ fn the_close_gives_up_on_a_post_that_never_returns() {
 #[test]
 fn only_the_fence_named_is_reopened() {
     let target = CloseFence::create().expect("create");
-    for (how, open) in OPENS {
-        let mut wrong = target.reference();
-        wrong.token[0] ^= 1;
-        assert!(open(&wrong).is_none(), "{how}: a wrong token");
-        let stdin = FenceRef {
-            fd: 0,
-            ..target.reference()
-        };
-        assert!(open(&stdin).is_none(), "{how}: another descriptor");
-        let gone = FenceRef {
-            pid: u32::MAX,
-            ..target.reference()
-        };
-        assert!(open(&gone).is_none(), "{how}: no such process");
-    }
+    let mut wrong = target.reference();
+    wrong.token[0] ^= 1;
+    assert!(PeerFence::open(&wrong).is_none(), "a wrong token");
+    let stdin = FenceRef {
+        fd: 0,
+        ..target.reference()
+    };
+    assert!(PeerFence::open(&stdin).is_none(), "another descriptor");
+    let gone = FenceRef {
+        pid: u32::MAX,
+        ..target.reference()
+    };
+    assert!(PeerFence::open(&gone).is_none(), "no such process");
 }
 
 #[test]
@@ -175,24 +221,22 @@ fn key(what: &str) -> Vec<u8> {
 
 #[test]
 fn a_published_fence_is_found_by_its_key_and_holds_like_the_addressed_one() {
-    for (how, open) in OPENS {
-        let key = key(how);
-        let mut target = CloseFence::create().expect("create");
-        target.publish(&key).expect("publish");
-        let found = FenceRef::published(&key).expect("published");
-        assert_eq!(found, target.reference(), "{how}");
-        assert_eq!(FenceRef::published(b"another key"), None, "{how}");
-        let peer = open(&found).expect("reopen");
-        drop(peer.hold().expect("before the close"));
-        assert!(target.close().is_ok(), "{how}");
-        assert!(peer.hold().is_err(), "{how}: a post after the close");
-        // Still there after the close (a peer connecting late is refused by the mark), gone
-        // with the fence.
-        assert_eq!(FenceRef::published(&key), Some(found), "{how}");
-        drop(target);
-        assert_eq!(FenceRef::published(&key), None, "{how}");
-        assert!(!published::path_of(&key).exists(), "{how}");
-    }
+    let key = key("published");
+    let mut target = CloseFence::create().expect("create");
+    target.publish(&key).expect("publish");
+    let found = FenceRef::published(&key).expect("published");
+    assert_eq!(found, target.reference());
+    assert_eq!(FenceRef::published(b"another key"), None);
+    let peer = PeerFence::open(&found).expect("reopen");
+    drop(peer.hold().expect("before the close"));
+    assert!(target.close().is_ok());
+    assert!(peer.hold().is_err(), "a post after the close");
+    // Still there after the close (a peer connecting late is refused by the mark), gone with
+    // the fence.
+    assert_eq!(FenceRef::published(&key), Some(found));
+    drop(target);
+    assert_eq!(FenceRef::published(&key), None);
+    assert!(!published::path_of(&key).exists());
 }
 
 #[test]
