@@ -53,7 +53,7 @@ pub const CLOSE_WAIT: Duration = Duration::from_secs(1);
 
 /// Naps, from 20 µs doubling up to 2 ms, until `ready` says so, for at most `bound`:
 /// `Ok(true)` when ready, `Ok(false)` when the bound passed first, or `ready`'s error. The
-/// one wait of a closing target, for this process's posts and for other processes' locks.
+/// one wait of a closing target, for its page's posts and for a file's lock.
 fn wait_until(bound: Duration, mut ready: impl FnMut() -> io::Result<bool>) -> io::Result<bool> {
     let started = Instant::now();
     let mut nap = Duration::from_micros(20);

@@ -1,5 +1,6 @@
-//! The file lock of a close fence whose peers are other processes: their posts hold a shared
-//! `flock` of a file of the target's, its close takes it exclusively (see the parent module).
+//! The close fence's agreement as a file lock, for a target whose library keeps a file its
+//! peers open already (libfabric `shm`'s endpoint file): their posts hold a shared `flock` of
+//! it, its close takes it exclusively (see the parent module).
 
 use std::fs::File;
 use std::io;
@@ -12,7 +13,7 @@ use super::wait_until;
 
 /// `flock(2)` without waiting: `Ok(false)` when another open of the file holds a conflicting
 /// lock. (`File::try_lock` and friends need Rust 1.89, past the workspace's MSRV.)
-pub(super) fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
     // SAFETY: `flock` on a descriptor this `File` owns and keeps open through the call.
     let ret = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
     if ret == 0 {
