@@ -177,7 +177,7 @@ impl FencePage {
                         .is_ok()
             })
         })?;
-        // A slot taken over keeps the count its dead process left.
+        // A slot taken over still holds the count its dead process left: it starts again.
         slots[index].active.store(0, Ordering::SeqCst);
         Some(PageSlot {
             page: self.clone(),
