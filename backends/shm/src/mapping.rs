@@ -14,7 +14,7 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
-use blockwire_core::kit::{ProcessWatch, advise_huge_pages, is_sealed};
+use blockwire_core::kit::{self, ProcessWatch, advise_huge_pages, is_sealed};
 use blockwire_core::{BackendError, BackendErrorKind, RegionSpan};
 
 /// What the identity record names when the region is not in shared memory.
@@ -68,26 +68,9 @@ pub(crate) unsafe fn map_shared(
     let off = libc::off_t::try_from(offset).map_err(|_| {
         BackendError::new(BackendErrorKind::MalformedAddress, "offset out of range")
     })?;
-    // SAFETY: a fresh mapping with no address hint: no existing memory is touched; whether
-    // accesses to it can fault is the caller's contract.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            off,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(BackendError::from_io(
-            &format!("mapping {what}"),
-            &std::io::Error::last_os_error(),
-        ));
-    }
-    let base =
-        NonNull::new(p.cast::<u8>()).ok_or_else(|| BackendError::other("mmap returned null"))?;
+    // SAFETY: the caller's contract is `kit::map_shared`'s.
+    let base = unsafe { kit::map_shared(fd, len, off) }
+        .map_err(|e| BackendError::from_io(&format!("mapping {what}"), &e))?;
     // Copies into a peer's region cross as many pages here as in its own mapping: ask for the
     // huge pages its owner asked for (taken where the kernel allows them for shared memory).
     // SAFETY: `base..base + len` is the mapping made above.

@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::ptr::NonNull;
 
 /// The seals a sealed memfd carries: no shrinking (a mapping would fault beyond the new end),
 /// no growing, and no more sealing changes.
@@ -49,4 +50,44 @@ pub fn is_sealed(fd: &impl AsRawFd) -> bool {
     // SAFETY: plain fcntl on a live descriptor; -1 (EINVAL) for anything that is not a memfd.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     seals >= 0 && seals & SEALS == SEALS
+}
+
+/// Maps `len` bytes of `fd` from `offset`, shared, readable and writable, at an address the
+/// kernel picks.
+///
+/// # Safety
+///
+/// Accesses to the result fault unless `fd`'s file covers `offset + len` for as long as it is
+/// mapped (a memfd sealed against shrinking, checked by the caller); the caller unmaps it.
+///
+/// ```
+/// use blockwire_core::kit::{map_shared, sealed_memfd};
+/// let fd = sealed_memfd(c"doc", 4096)?;
+/// // SAFETY: a sealed memfd of one page, mapped whole, unmapped below.
+/// let p = unsafe { map_shared(&fd, 4096, 0)? };
+/// // SAFETY: the page mapped above, unmapped once.
+/// unsafe { libc::munmap(p.as_ptr().cast(), 4096) };
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub unsafe fn map_shared(
+    fd: &impl AsRawFd,
+    len: usize,
+    offset: libc::off_t,
+) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh mapping with no address hint: no existing memory is touched; whether
+    // accesses to it can fault is the caller's contract.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            offset,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast::<u8>()).ok_or_else(|| io::Error::other("mmap returned null"))
 }

@@ -43,7 +43,7 @@ pub use doorbell::Doorbell;
 pub use inbox::{Delivery, Inbox, InboxStats};
 pub use link::{CuttableLink, LinkHold};
 pub use live::{Live, LiveCounts};
-pub use memfd::{SEALS, is_sealed, sealed_memfd};
+pub use memfd::{SEALS, is_sealed, map_shared, sealed_memfd};
 pub use pages::{HUGE_PAGE_HINT_BYTES, advise_huge_pages};
 pub use posted::PostedTransfers;
 pub use process::ProcessWatch;

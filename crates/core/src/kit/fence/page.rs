@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::{TOKEN_LEN, wait_until};
-use crate::kit::{is_sealed, sealed_memfd};
+use crate::kit::{is_sealed, map_shared, sealed_memfd};
 
 const PAGE: usize = 4096;
 const MAGIC: u64 = u64::from_le_bytes(*b"BWFPAGE1");
@@ -85,22 +85,8 @@ impl FencePage {
     /// `fd` must be sealed against shrinking and at least a page long, so that no access to
     /// the mapping can fault.
     unsafe fn map(fd: &impl AsRawFd) -> io::Result<Self> {
-        // SAFETY: a fresh mapping with no address hint touches no existing memory; the
-        // caller's contract keeps every access to it from faulting.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        let words = NonNull::new(p.cast()).ok_or_else(|| io::Error::other("mmap gave null"))?;
+        // SAFETY: the caller's contract is `map_shared`'s, for one page from the start.
+        let words = unsafe { map_shared(fd, PAGE, 0) }?.cast();
         Ok(FencePage { words })
     }
 
