@@ -214,3 +214,14 @@ pub fn posted(plan: &FaultPlan, n: u64) {
         plan.posts()
     );
 }
+
+/// [`posted`], then waits until the posting thread handed every transfer it posted over to
+/// `transport` (its slot says posted, so polls and the stall watchdog observe it through the
+/// backend): until then a transfer counts twice in `backend_stats().live_transfers`, so the
+/// wait is for that count to equal what `plan`'s backend holds.
+pub fn handed_over<T: Transport>(transport: &T, plan: &FaultPlan, n: u64) {
+    posted(plan, n);
+    eventually("the posting thread handed its posts over", || {
+        transport.backend_stats().live_transfers == plan.live_transfers()
+    });
+}
