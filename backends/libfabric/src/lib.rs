@@ -283,6 +283,9 @@ impl Backend for OfiBackend {
         // The shm provider's target must progress commands: a vanished peer leaves transfers
         // to it running. Connection-based providers report the peer's end as an error.
         c.remote_disconnect = !self.fabric.provider.starts_with("shm");
+        // A connection (tcp) or a region (shm) per peer: the dead-peer check, on every
+        // provider, holds another peer's transfers to this.
+        c.isolates_peers = true;
         c.revoke = true;
         c.notifications = self.fabric.carrier.is_some();
         // Its post may move data in the caller's thread (the tcp provider writes a large message to the socket inside `fi_writemsg`): the

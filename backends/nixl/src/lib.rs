@@ -268,6 +268,9 @@ impl Backend for NixlBackend {
         let mut c = Capabilities::default();
         c.read = true;
         c.cross_process = true;
+        // NIXL's UCX endpoints handle peer errors, which keeps UCX off its shared-memory
+        // queues (see the ucx backend's `isolates_peers`); the dead-peer check holds to it.
+        c.isolates_peers = true;
         c.revoke = true;
         c.notifications = true;
         // Its post may move data in the caller's thread (NIXL with its UCX plugin on one host copies inside `postXferReq`): the

@@ -314,6 +314,9 @@ impl Backend for ShmBackend {
         c.abort = true;
         c.cross_process = true;
         c.remote_disconnect = true;
+        // Each peer's copies are this process's own system calls or its own mapping of the
+        // peer's region: nothing one peer writes is on another's path.
+        c.isolates_peers = true;
         c.revoke = true;
         c.notifications = true;
         // A post only hands a job to the copy threads: it is cheap in the caller's thread.

@@ -68,7 +68,7 @@
 //! | `progress` | `thread` | `thread` or `caller` (see above) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle progress thread: a passive target's latency against its CPU use |
 //! | `tcp_seg_bytes` | [`DEFAULT_TCP_SEG_BYTES`] (64 KiB), or `UCX_TCP_TX_SEG_SIZE` where set | the TCP transport's send segment, 8 KiB to 64 KiB (UCX's default is 8 KiB): the most a READ's answer or a put carries in one message; see [`tcp_tuning`] |
-//! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) |
+//! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) and of no isolation between peers ([`Capabilities::isolates_peers`]: a peer process killed while it sends to this one, a READ's data or a WRITE's completion, can stop every peer's transfers until the transport is reopened) |
 //!
 //! UCX's own `UCX_*` environment variables apply too; these options override them.
 //!
@@ -356,6 +356,11 @@ impl Backend for UcxBackend {
         c.read = true;
         c.cross_process = true;
         c.remote_disconnect = self.peer_errors;
+        // Without peer error handling UCX 1.13 uses its shared-memory transports, where every
+        // peer's messages to this worker (a READ's data, every WRITE's completion: UCX
+        // emulates RMA on them with active messages) share one receive queue, and a peer
+        // killed while it writes a message there blocks that queue for good.
+        c.isolates_peers = self.peer_errors;
         c.revoke = self.revokes;
         c.notifications = true;
         // Its post may move data in the caller's thread (UCX over TCP sends a large put or get inside `ucp_put_nbx`): the

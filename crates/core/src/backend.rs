@@ -24,6 +24,13 @@ pub struct Capabilities {
     /// A peer that goes away (closes, dies, loses its link) fails the transfers to it within
     /// a bounded time. Without it such transfers may stay running.
     pub remote_disconnect: bool,
+    /// A peer process that dies, however and whenever it dies, holds up no other peer's
+    /// transfers. Without it (ucx over UCX 1.13's shared-memory transports, where every peer's
+    /// messages to this process, READ data and completions included, share one receive queue,
+    /// and a peer killed while it writes one there blocks that queue for good), one peer's
+    /// death may stop every transfer of this transport: they then fail at the stall timeout
+    /// (`PeerFault::Stalled`, a remote disconnect), and the transport must be reopened.
+    pub isolates_peers: bool,
     /// `close` revokes every peer's access to the local region before it returns
     /// ([`Backend::revoke`]): afterwards no peer's WRITE lands in it and no peer's READ reads
     /// it (their transfers fail or are refused), so memory the caller owns may be freed.

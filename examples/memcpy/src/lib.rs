@@ -182,6 +182,8 @@ impl Backend for MemcpyBackend {
         let mut c = Capabilities::default();
         (c.read, c.remote_disconnect, c.revoke) = (true, true, true);
         c.notifications = true;
+        // In one process: no peer dies alone.
+        c.isolates_peers = true;
         // Every transfer ends in its cell, made `with_doorbell`.
         c.doorbell = true;
         c
