@@ -315,8 +315,8 @@ fn ucx_tcp_dead_peer() {
 /// stall watchdog (`TransportOptions::stall_timeout`, 5 s) cuts the endpoint instead. Nor does
 /// it isolate peers (`Capabilities::isolates_peers` is false): it emulates RMA with active
 /// messages through one receive queue per worker, and a victim killed while it writes a
-/// READ's data there blocks the queue for good (seen about once in six runs beside the other
-/// ucx cases), so the healthy peer's transfers fail at the stall timeout too and the check
+/// READ's data there blocks the queue for good (seen in 3 of 30 runs beside the other ucx
+/// cases), so the healthy peer's transfers fail at the stall timeout too and the check
 /// reopens the transport for the restarted peer.
 #[cfg(feature = "ucx")]
 #[test]
