@@ -37,6 +37,13 @@ fn settle(b: &NixlBackend, x: &mut NixlXfer) -> XferState {
     }
 }
 
+/// One item per try, for [`HUNG`]: a case that needs NIXL to leave a transfer running posts
+/// again until it does.
+fn tries() -> impl Iterator<Item = ()> {
+    let deadline = Instant::now() + HUNG;
+    std::iter::from_fn(move || (Instant::now() < deadline).then_some(()))
+}
+
 /// Two backends over `a_mem` and `b_mem`, and `b`'s descriptor.
 ///
 /// # Safety
@@ -67,8 +74,7 @@ fn observing_and_releasing_never_wait_for_the_agents_lock() {
     // A second transfer posted behind the first is left running by NIXL, nearly always; one
     // that finished inside its post is done without a look: the pair is tried again, for as
     // long as it takes (a loaded machine made 20 tries in a row finish inside the post).
-    let deadline = Instant::now() + HUNG;
-    let (mut first, second) = std::iter::from_fn(|| (Instant::now() < deadline).then_some(()))
+    let (mut first, second) = tries()
         .find_map(|()| {
             let mut first = a.post(&peer, Op::Write, &[0], &[1]).expect("post");
             let second = a.post(&peer, Op::Write, &[2], &[3]).expect("post");
@@ -168,8 +174,7 @@ fn the_stall_watchdogs_look_waits_for_the_agents_lock() {
     let peer = a.connect(&desc).expect("connect");
     // One that finished inside its post is done without a look: posted again until NIXL
     // leaves one running.
-    let deadline = Instant::now() + HUNG;
-    let x = std::iter::from_fn(|| (Instant::now() < deadline).then_some(()))
+    let x = tries()
         .find_map(|()| {
             let x = a.post(&peer, Op::Write, &[0], &[1]).expect("post");
             if x.outcome.is_none() {
