@@ -3,7 +3,7 @@
 //! the backend detects one) within a bound; cancel-wait must drain; another peer's transfers
 //! must be unaffected; the peer, restarted with a new descriptor, can be added again and
 //! written to; and once every transport that knew the dead peer has closed, no file in
-//! `/dev/shm` that it mapped is left (libfabric's `shm` provider keeps its endpoints' regions
+//! `/dev/shm` that it mapped or held is left (libfabric's `shm` provider keeps its endpoints' regions
 //! there: a killed process's stay until its peers or the next transport to open remove them).
 
 use std::collections::HashMap;
@@ -37,7 +37,8 @@ pub struct DeadPeerReport {
     /// ([`blockwire::Capabilities::isolates_peers`]); elsewhere the kill may have stopped the
     /// whole transport, which the check then reopens to reach the restarted peer.
     pub healthy_failed: usize,
-    /// The files in `/dev/shm` the peer mapped when it was killed (its own, and its peers'),
+    /// The files in `/dev/shm` the peer mapped or held open when it was killed (its own, and
+    /// its peers'; nixl's published close fence),
     /// every one of which must be gone at the end (see [`crate::dev_shm::left_behind`]).
     pub victim_shm_files: usize,
 }
@@ -122,7 +123,7 @@ pub fn dead_peer_with(
         to_healthy.push(me.write_blocks(&h, &range(16), &range(0)).map_err(err)?);
     }
     // No poll before the kill: whatever finished meanwhile is reported as done afterwards.
-    let victim_files = crate::dev_shm::mapped_by(victim.pid());
+    let victim_files = crate::dev_shm::mapped_or_held_by(victim.pid());
     let kill_at = Instant::now();
     victim.kill()?;
 
@@ -275,11 +276,12 @@ pub fn dead_peer_with(
     me.close().map_err(err)?;
     drop(me);
     // Nothing of the dead peer is left in /dev/shm: its files were removed by the transports
-    // that knew it, or by the first to open after its death (the restarted peer's).
+    // that knew it, or by the first to open (or publish a fence) after its death (the
+    // restarted peer's).
     let left = crate::dev_shm::left_behind_after(&victim_files, Duration::from_secs(5));
     if !left.is_empty() {
         return Err(format!(
-            "{backend}: files the killed peer mapped are still in /dev/shm: {left:?}"
+            "{backend}: files the killed peer mapped or held are still in /dev/shm: {left:?}"
         ));
     }
     Ok(report)

@@ -34,6 +34,39 @@ pub fn mapped_by(pid: u32) -> BTreeSet<ShmFile> {
     maps.lines().filter_map(mapped_file).collect()
 }
 
+/// The files of `/dev/shm` (still linked) that process `pid` maps or holds open (a nixl
+/// target holds the close fence it published there: [`blockwire_core::kit::fence`]); empty
+/// if neither can be read.
+///
+/// ```
+/// let path = format!("/dev/shm/bw-doc-held-{}", std::process::id());
+/// let held = std::fs::File::create(&path)?;
+/// let mine = blockwire_conformance::dev_shm::mapped_or_held_by(std::process::id());
+/// assert!(mine.iter().any(|f| f.path.to_str() == Some(path.as_str())));
+/// # drop(held);
+/// # std::fs::remove_file(&path)?;
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn mapped_or_held_by(pid: u32) -> BTreeSet<ShmFile> {
+    let mut files = mapped_by(pid);
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return files;
+    };
+    for fd in fds.filter_map(Result::ok) {
+        let Ok(path) = std::fs::read_link(fd.path()) else {
+            continue;
+        };
+        if !path.starts_with(DIR) {
+            continue;
+        }
+        // The inode through the descriptor: the file held, even if its name was reused.
+        if let Ok(m) = std::fs::metadata(fd.path()) {
+            files.insert(ShmFile { path, ino: m.ino() });
+        }
+    }
+    files
+}
+
 /// The `/dev/shm` file a line of `/proc/<pid>/maps` maps (`address perms offset dev inode
 /// path`), unless it was unlinked (`(deleted)`).
 fn mapped_file(line: &str) -> Option<ShmFile> {

@@ -43,7 +43,8 @@
 //!   the posts that checked before (at most `kit::fence::CLOSE_WAIT`); later posts are
 //!   refused as a remote disconnect. Destroying the agent would not stop those copies. NIXL's
 //!   own metadata has no room for the fence, so the backend also publishes it under that
-//!   metadata (a file in `/dev/shm` named by its SHA-256, removed with the backend): a peer
+//!   metadata (a file in `/dev/shm` named by its SHA-256, removed with the backend; the one
+//!   a killed process left is removed by the next backend to publish on the host): a peer
 //!   added from it (`descriptor_from_nixl`, the Python P2P layer's handshake) finds it there.
 //!   A peer of a plain NIXL agent finds none and goes without.
 //! - **Revocation** (close): peers' posts are fenced off, then the agent is destroyed (its

@@ -34,7 +34,6 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -164,7 +163,7 @@ pub struct CloseFence {
     page: FencePage,
     reference: FenceRef,
     /// Where [`CloseFence::publish`] wrote the reference, removed on drop.
-    published: Option<PathBuf>,
+    published: Option<published::Published>,
 }
 
 impl CloseFence {
@@ -197,15 +196,14 @@ impl CloseFence {
     /// Publishes the reference under `key` (bytes the target hands its peers, which have no
     /// room for it: NIXL's agent metadata), for peers on this host to find with
     /// [`FenceRef::published`] until the fence is dropped. Fails, publishing nothing, where a
-    /// file of that key exists already or `/dev/shm` cannot be written.
+    /// live fence published under that key already or `/dev/shm` cannot be written. It also
+    /// removes the files that processes which ended without dropping their fences left.
     pub fn publish(&mut self, key: &[u8]) -> Result<(), BackendError> {
-        if let Some(old) = self.published.take() {
-            let _ = std::fs::remove_file(old);
-        }
-        let path = published::publish(key, &self.reference)
+        drop(self.published.take());
+        let published = published::publish(key, &self.reference)
             .map_err(|e| BackendError::from_io("publishing the close fence", &e))?;
-        tracing::debug!(path = %path.display(), "close fence published");
-        self.published = Some(path);
+        tracing::debug!(path = %published.path().display(), "close fence published");
+        self.published = Some(published);
         Ok(())
     }
 
@@ -234,16 +232,6 @@ impl CloseFence {
              the close goes on, and that post may copy into or out of the region after it"
         );
         Err(started.elapsed())
-    }
-}
-
-impl Drop for CloseFence {
-    fn drop(&mut self) {
-        if let Some(path) = self.published.take() {
-            if let Err(e) = std::fs::remove_file(&path) {
-                tracing::warn!(path = %path.display(), error = %e, "removing a published close fence");
-            }
-        }
     }
 }
 

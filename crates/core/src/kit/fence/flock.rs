@@ -13,7 +13,7 @@ use super::wait_until;
 
 /// `flock(2)` without waiting: `Ok(false)` when another open of the file holds a conflicting
 /// lock. (`File::try_lock` and friends need Rust 1.89, past the workspace's MSRV.)
-fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+pub(super) fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
     // SAFETY: `flock` on a descriptor this `File` owns and keeps open through the call.
     let ret = unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) };
     if ret == 0 {

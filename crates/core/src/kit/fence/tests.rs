@@ -265,3 +265,76 @@ fn a_key_published_already_is_not_taken_over_and_a_malformed_file_is_ignored() {
     }
     std::fs::remove_file(&path).expect("remove");
 }
+
+/// A reference's file as a process that ended without dropping its fence leaves it: whole,
+/// and held by no one.
+fn leave_published(key: &[u8]) -> std::path::PathBuf {
+    let (target, path) = {
+        let mut target = CloseFence::create().expect("create");
+        target.publish(key).expect("publish");
+        let content = std::fs::read(published::path_of(key)).expect("read");
+        (target.reference(), (published::path_of(key), content))
+    };
+    let (path, content) = path;
+    std::fs::write(&path, content).expect("write it back, unheld");
+    assert_eq!(FenceRef::published(key), Some(target));
+    path
+}
+
+#[test]
+fn publishing_removes_the_files_of_ended_processes_and_takes_over_its_own_key() {
+    let left = leave_published(&key("left"));
+    let mut live = CloseFence::create().expect("create");
+    live.publish(&key("live")).expect("publish");
+    let mut fence = CloseFence::create().expect("create");
+    fence.publish(&key("sweeper")).expect("publish");
+    assert!(
+        !left.exists(),
+        "the file of an ended process is still there"
+    );
+    assert_eq!(
+        FenceRef::published(&key("live")),
+        Some(live.reference()),
+        "a live fence's file was removed"
+    );
+    // A file of its own key that an ended process left is taken over.
+    let own = key("own");
+    leave_published(&own);
+    let mut next = CloseFence::create().expect("create");
+    next.publish(&own)
+        .expect("take over a file no process holds");
+    assert_eq!(FenceRef::published(&own), Some(next.reference()));
+    drop(next);
+    assert_eq!(FenceRef::published(&own), None);
+}
+
+#[test]
+fn a_sweep_spares_held_files_young_malformed_ones_and_other_names() {
+    let dir = std::env::temp_dir().join(format!("bw-fence-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let whole = std::fs::read(leave_published(&key("sweep content"))).expect("read");
+    let file = |name: &str, content: &[u8]| {
+        let path = dir.join(name);
+        std::fs::write(&path, content).expect("write");
+        path
+    };
+    let left = file("blockwire-fence-left", &whole);
+    let young = file("blockwire-fence-young", b"BWFPUB01");
+    let old = file("blockwire-fence-old", b"BWFPUB01");
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&old)
+        .and_then(|f| f.set_modified(hour_ago))
+        .expect("age it");
+    let other = file("another-file", &whole);
+    let held = file("blockwire-fence-held", &whole);
+    let holder = std::fs::File::open(&held).expect("open");
+    assert!(super::flock::try_flock(&holder, libc::LOCK_SH).expect("flock"));
+    assert_eq!(published::sweep(&dir), 2);
+    assert!(!left.exists() && !old.exists());
+    assert!(young.exists() && other.exists() && held.exists());
+    drop(holder);
+    assert_eq!(published::sweep(&dir), 1, "the held file, once let go");
+    std::fs::remove_dir_all(&dir).expect("remove");
+}
