@@ -193,7 +193,11 @@ impl UcxBackend {
                 tracing::warn!(
                     error = %status_string(status),
                     "ucx: the stalled peer's endpoint cannot be closed (no peer error \
-                     handling); its transfers are failed and its operations abandoned"
+                     handling); its transfers are failed and its operations abandoned. \
+                     Without peer error handling peers are not isolated: where other peers \
+                     stall too, a peer killed while it sent to this process has stopped the \
+                     worker's shared-memory receive queue for all of them; reopen the \
+                     transport (or use peer_errors=true, or the shm backend)"
                 );
                 self.ucx.abandon();
                 fail_posted(peer);
