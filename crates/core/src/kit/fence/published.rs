@@ -127,7 +127,7 @@ pub(super) fn sweep(dir: &Path) -> usize {
 /// malformed one older than [`MALFORMED_AGE`], or any, with `any_content`); whether it did.
 /// The removal is of the file locked, not of one put at `path` since.
 fn remove_if_left(path: &Path, any_content: bool) -> bool {
-    let Ok(mut file) = File::open(path) else {
+    let Ok(mut file) = open_regular(path) else {
         return false;
     };
     if !matches!(try_flock(&file, libc::LOCK_EX), Ok(true)) {
@@ -166,7 +166,7 @@ fn remove_if_left(path: &Path, any_content: bool) -> bool {
 pub(super) fn read(key: &[u8]) -> Option<FenceRef> {
     let path = path_of(key);
     let mut content = Vec::with_capacity(LEN + 1);
-    let read = File::open(&path).and_then(|f| f.take(LEN as u64 + 1).read_to_end(&mut content));
+    let read = open_regular(&path).and_then(|f| f.take(LEN as u64 + 1).read_to_end(&mut content));
     if let Err(e) = read {
         tracing::trace!(path = %path.display(), error = %e, "no close fence published");
         return None;
@@ -176,6 +176,23 @@ pub(super) fn read(key: &[u8]) -> Option<FenceRef> {
         tracing::debug!(path = %path.display(), "a malformed published close fence: ignored");
     }
     parsed
+}
+
+/// Opens `path` for reading if it is a regular file, without following a link or waiting:
+/// anyone may make names in `/dev/shm`, and a FIFO under a published name would otherwise
+/// hold the open (a peer's connect, a publish's sweep) until someone writes to it.
+fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(file)
 }
 
 /// A file's content as a reference, if it is one.

@@ -264,6 +264,12 @@ fn a_key_published_already_is_not_taken_over_and_a_malformed_file_is_ignored() {
         assert_eq!(FenceRef::published(&key), None, "{bad:?}");
     }
     std::fs::remove_file(&path).expect("remove");
+    // A FIFO under the key's name (anyone may make one) is not opened: the read does not wait.
+    let c_path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo reads the NUL-terminated path, which lives through the call.
+    assert_eq!(unsafe { libc::mkfifo(c_path.as_ptr(), 0o644) }, 0);
+    assert_eq!(FenceRef::published(&key), None);
+    std::fs::remove_file(&path).expect("remove");
 }
 
 /// A reference's file as a process that ended without dropping its fence leaves it: whole,
@@ -328,12 +334,20 @@ fn a_sweep_spares_held_files_young_malformed_ones_and_other_names() {
         .and_then(|f| f.set_modified(hour_ago))
         .expect("age it");
     let other = file("another-file", &whole);
+    // Neither a FIFO (whose open would wait for a writer) nor a link is opened.
+    let fifo = dir.join("blockwire-fence-fifo");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo reads the NUL-terminated path, which lives through the call.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o644) }, 0);
+    let link = dir.join("blockwire-fence-link");
+    std::os::unix::fs::symlink(&other, &link).expect("symlink");
     let held = file("blockwire-fence-held", &whole);
     let holder = std::fs::File::open(&held).expect("open");
     assert!(super::flock::try_flock(&holder, libc::LOCK_SH).expect("flock"));
     assert_eq!(published::sweep(&dir), 2);
     assert!(!left.exists() && !old.exists());
     assert!(young.exists() && other.exists() && held.exists());
+    assert!(fifo.exists() && link.symlink_metadata().is_ok());
     drop(holder);
     assert_eq!(published::sweep(&dir), 1, "the held file, once let go");
     std::fs::remove_dir_all(&dir).expect("remove");
