@@ -45,10 +45,11 @@ pub(crate) trait ReadTarget {
 pub(crate) struct ReadLock(SharedFlock);
 
 impl ReadLock {
-    /// Opens the target's endpoint file `path`. `None` when it is gone already (the target
-    /// closed: every post is refused, `Link::gone`).
+    /// Opens the target's endpoint file `path` (named by the peer's address: a link or a
+    /// FIFO is refused, not opened). `None` when it is gone already (the target closed: every
+    /// post is refused, `Link::gone`).
     pub(crate) fn open(path: &Path) -> std::io::Result<Option<Self>> {
-        match File::open(path) {
+        match blockwire_core::kit::fence::open_regular(path) {
             Ok(file) => Ok(Some(ReadLock(SharedFlock::new(file)))),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),

@@ -183,3 +183,23 @@ fn a_closing_target_gives_up_on_a_lock_never_given_back() {
     assert!(waited >= CLOSE_WAIT, "{waited:?}");
     assert!(waited < CLOSE_WAIT * 3, "{waited:?}");
 }
+
+#[test]
+fn an_endpoint_file_that_is_a_fifo_or_a_link_is_refused_at_once() {
+    let target = Target::new();
+    let fifo = target.0.with_extension("fifo");
+    let c_fifo = std::ffi::CString::new(fifo.as_os_str().as_encoded_bytes()).expect("path");
+    // SAFETY: mkfifo reads the NUL-terminated path, which lives through the call.
+    assert_eq!(unsafe { libc::mkfifo(c_fifo.as_ptr(), 0o600) }, 0);
+    let link = target.0.with_extension("link");
+    std::os::unix::fs::symlink(&target.0, &link).expect("symlink");
+    // A FIFO's plain open would wait here for a writer.
+    let refused = [
+        ReadLock::open(&fifo).is_err(),
+        ReadLock::open(&link).is_err(),
+    ];
+    let _ = std::fs::remove_file(&fifo);
+    let _ = std::fs::remove_file(&link);
+    assert_eq!(refused, [true, true]);
+    assert!(ReadLock::open(&target.0).expect("open").is_some());
+}

@@ -40,7 +40,7 @@ use std::time::{Duration, Instant};
 use crate::BackendError;
 use crate::kit::{AddressReader, AddressWriter};
 
-pub use flock::{SharedFlock, wait_exclusive};
+pub use flock::{SharedFlock, open_regular, wait_exclusive};
 use page::{FencePage, PageSlot};
 
 mod flock;

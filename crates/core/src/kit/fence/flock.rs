@@ -2,9 +2,11 @@
 //! peers open already (libfabric `shm`'s endpoint file): their posts hold a shared `flock` of
 //! it, its close takes it exclusively (see the parent module).
 
-use std::fs::File;
+use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
@@ -24,6 +26,31 @@ pub(super) fn try_flock(file: &File, op: libc::c_int) -> io::Result<bool> {
         io::ErrorKind::WouldBlock => Ok(false),
         _ => Err(e),
     }
+}
+
+/// Opens `path` for reading if it is a regular file, without following a link or waiting:
+/// for a file whose name a peer gave, or that is in `/dev/shm`, where anyone may make names
+/// (a FIFO there would otherwise hold the open until someone wrote to it). Another kind of
+/// file is `InvalidData`.
+///
+/// ```
+/// use blockwire_core::kit::fence::open_regular;
+/// assert!(open_regular("/proc/self/stat".as_ref()).is_ok());
+/// assert!(open_regular("/dev/null".as_ref()).is_err(), "a device");
+/// assert!(open_regular("/proc/self/exe".as_ref()).is_err(), "a link");
+/// ```
+pub fn open_regular(path: &Path) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is not a regular file", path.display()),
+        ));
+    }
+    Ok(file)
 }
 
 /// An initiator's open of a target's file, whose shared lock its posts hold.

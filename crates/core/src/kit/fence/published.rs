@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use super::flock::try_flock;
+use super::flock::{open_regular, try_flock};
 use super::{FenceRef, TOKEN_LEN};
 
 /// Where published fences are.
@@ -176,23 +176,6 @@ pub(super) fn read(key: &[u8]) -> Option<FenceRef> {
         tracing::debug!(path = %path.display(), "a malformed published close fence: ignored");
     }
     parsed
-}
-
-/// Opens `path` for reading if it is a regular file, without following a link or waiting:
-/// anyone may make names in `/dev/shm`, and a FIFO under a published name would otherwise
-/// hold the open (a peer's connect, a publish's sweep) until someone writes to it.
-fn open_regular(path: &Path) -> io::Result<File> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
-        .open(path)?;
-    if !file.metadata()?.is_file() {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    Ok(file)
 }
 
 /// A file's content as a reference, if it is one.
