@@ -34,6 +34,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -258,10 +259,13 @@ impl PeerFence {
     /// its posts either; or when every slot of the page belongs to a live peer (logged).
     pub fn open(r: &FenceRef) -> Option<Arc<Self>> {
         let path = format!("/proc/{}/fd/{}", r.pid, r.fd);
-        // Read and write: the page is mapped shared and written (the peer's slot).
+        // Read and write: the page is mapped shared and written (the peer's slot). Without
+        // waiting: the descriptor is the peer's word, and a device's open may wait (a serial
+        // line for its carrier); anything but a sealed memfd is refused below.
         let file = match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK)
             .open(&path)
         {
             Ok(file) => file,
