@@ -21,12 +21,14 @@ use std::time::Duration;
 use sha2::{Digest, Sha256};
 
 use super::flock::{open_regular, try_flock};
-use super::{FenceRef, TOKEN_LEN};
+use super::{FenceRef, TOKEN_LEN, wait_until};
 
 /// Where published fences are.
 const DIR: &str = "/dev/shm";
 const PREFIX: &str = "blockwire-fence-";
 const MAGIC: &[u8; 8] = b"BWFPUB01";
+/// How long a publisher waits for its new file's lock, which a sweep may hold for a moment.
+const LOCK_WAIT: Duration = Duration::from_millis(100);
 /// How old a malformed file no process holds must be before a sweep removes it: younger, it
 /// may be one a publisher made and has not locked and written yet.
 const MALFORMED_AGE: Duration = Duration::from_secs(60);
@@ -90,12 +92,13 @@ pub(super) fn publish(key: &[u8], r: &FenceRef) -> io::Result<Published> {
         }
         other => other?,
     };
-    let written = try_flock(&file, libc::LOCK_SH)
+    // Another publisher's sweep may hold the new file for the moment it takes to look at it.
+    let written = wait_until(LOCK_WAIT, || try_flock(&file, libc::LOCK_SH))
         .and_then(|locked| match locked {
             true => Ok(()),
             false => Err(io::Error::new(
                 io::ErrorKind::WouldBlock,
-                "another process holds the new file's lock",
+                format!("another process held the new file's lock for {LOCK_WAIT:?}"),
             )),
         })
         .and_then(|()| file.write_all(&content));

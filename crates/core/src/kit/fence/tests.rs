@@ -352,3 +352,28 @@ fn a_sweep_spares_held_files_young_malformed_ones_and_other_names() {
     assert_eq!(published::sweep(&dir), 1, "the held file, once let go");
     std::fs::remove_dir_all(&dir).expect("remove");
 }
+
+#[test]
+fn publishers_sweeping_each_other_all_publish() {
+    // Each publish sweeps /dev/shm, taking every unheld fence file's lock for a moment: a
+    // publisher whose new file another's sweep is looking at waits for the lock, not fails,
+    // and the sweep leaves a file made and not yet written.
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            std::thread::spawn(move || {
+                for i in 0..100 {
+                    let key = key(&format!("racing {t} {i}"));
+                    let mut fence = CloseFence::create().expect("create");
+                    fence
+                        .publish(&key)
+                        .unwrap_or_else(|e| panic!("publish {t} {i}: {e}"));
+                    // No sweep removed it, not even one that saw it made and not yet written.
+                    assert_eq!(FenceRef::published(&key), Some(fence.reference()));
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("a publisher failed");
+    }
+}
