@@ -273,23 +273,21 @@ fn a_key_published_already_is_not_taken_over_and_a_malformed_file_is_ignored() {
 }
 
 /// A reference's file as a process that ended without dropping its fence leaves it: whole,
-/// and held by no one.
-fn leave_published(key: &[u8]) -> std::path::PathBuf {
-    let (target, path) = {
+/// and held by no one (another test's publish may sweep it at once). Its path and content.
+fn leave_published(key: &[u8]) -> (std::path::PathBuf, Vec<u8>) {
+    let path = published::path_of(key);
+    let content = {
         let mut target = CloseFence::create().expect("create");
         target.publish(key).expect("publish");
-        let content = std::fs::read(published::path_of(key)).expect("read");
-        (target.reference(), (published::path_of(key), content))
+        std::fs::read(&path).expect("read")
     };
-    let (path, content) = path;
-    std::fs::write(&path, content).expect("write it back, unheld");
-    assert_eq!(FenceRef::published(key), Some(target));
-    path
+    std::fs::write(&path, &content).expect("write it back, unheld");
+    (path, content)
 }
 
 #[test]
 fn publishing_removes_the_files_of_ended_processes_and_takes_over_its_own_key() {
-    let left = leave_published(&key("left"));
+    let (left, _) = leave_published(&key("left"));
     let mut live = CloseFence::create().expect("create");
     live.publish(&key("live")).expect("publish");
     let mut fence = CloseFence::create().expect("create");
@@ -318,7 +316,8 @@ fn publishing_removes_the_files_of_ended_processes_and_takes_over_its_own_key() 
 fn a_sweep_spares_held_files_young_malformed_ones_and_other_names() {
     let dir = std::env::temp_dir().join(format!("bw-fence-sweep-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
-    let whole = std::fs::read(leave_published(&key("sweep content"))).expect("read");
+    let (path, whole) = leave_published(&key("sweep content"));
+    let _ = std::fs::remove_file(path);
     let file = |name: &str, content: &[u8]| {
         let path = dir.join(name);
         std::fs::write(&path, content).expect("write");
