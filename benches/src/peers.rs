@@ -160,6 +160,8 @@ impl Peer {
                     submit_p99_on_core_us: None,
                     spin_p99_us: None,
                     wake_p99_us: None,
+                    fill_submit_p50_us: None,
+                    fill_submit_max_us: None,
                     poll_p999_us: None,
                     complete_avg_us: r.complete_avg_us,
                     complete_p99_us: r.complete_p99_us,

@@ -16,8 +16,11 @@ pub(crate) struct Pumped {
     pub(crate) bytes: f64,
     /// Seconds from the first submit to the last transfer's end.
     pub(crate) secs: f64,
-    /// Each submit call, µs.
+    /// Each submit call once the transfers are in flight (after the first poll), µs.
     pub(crate) submits: Vec<f64>,
+    /// Each submit that filled the pipeline (before the first poll: the first `depth`), µs:
+    /// handed to a transport whose threads had nothing to do since the run (or slice) began.
+    pub(crate) fills: Vec<f64>,
     /// Each submit call during which the thread was not preempted, µs.
     pub(crate) submits_on_core: Vec<f64>,
     /// Each transfer from submit to reported done, µs.
@@ -46,6 +49,7 @@ impl Pumped {
         self.bytes += slice.bytes;
         self.secs += slice.secs;
         self.submits.extend(slice.submits);
+        self.fills.extend(slice.fills);
         self.submits_on_core.extend(slice.submits_on_core);
         self.completes.extend(slice.completes);
         self.wakes.extend(slice.wakes);
@@ -86,7 +90,9 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
     let (op, batch) = (shape.op, shape.batch);
     let mut next = 0u32;
     let mut submits = Vec::new();
+    let mut fills = Vec::new();
     let mut submits_on_core = Vec::new();
+    let mut polled = false;
     let mut completes = Vec::new();
     let mut inflight: Vec<(TransferId, Instant)> = Vec::new();
     let mut polls = Vec::new();
@@ -107,17 +113,22 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
                 _ => a.read_blocks(&peer, &idx, &idx)?,
             };
             let us = t.elapsed().as_secs_f64() * 1e6;
+            inflight.push((id, t));
+            if !polled {
+                fills.push(us);
+                continue;
+            }
             submits.push(us);
             if switches.is_some() && preemptions() == switches {
                 submits_on_core.push(us);
             }
             wake.probe();
             spin.after_submit(us);
-            inflight.push((id, t));
         }
         if inflight.is_empty() {
             break;
         }
+        polled = true;
         let r = match driver.waiting {
             Waiting::Wait => a.poll_wait(Some(&peer), WAIT_SLICE)?,
             Waiting::Sleep => {
@@ -156,6 +167,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         bytes,
         secs,
         submits,
+        fills,
         submits_on_core,
         completes,
         wakes: wake.finish(),

@@ -194,6 +194,8 @@ mod tests {
             submit_p99_on_core_us: None,
             spin_p99_us: None,
             wake_p99_us: None,
+            fill_submit_p50_us: None,
+            fill_submit_max_us: None,
             poll_p999_us: None,
             complete_avg_us: 0.0,
             complete_p99_us: 0.0,

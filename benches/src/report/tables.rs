@@ -125,7 +125,7 @@ pub(crate) fn print_tables(run: &Run) {
             if xp { " (peer in another process)" } else { "" }
         );
         println!(
-            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}",
+            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}",
             "block",
             "batch",
             "depth",
@@ -138,6 +138,7 @@ pub(crate) fn print_tables(run: &Run) {
             "submit",
             "sub p99",
             "core p99",
+            "fill max",
             "spin p99",
             "wake p99",
             "poll p99.9",
@@ -155,7 +156,7 @@ pub(crate) fn print_tables(run: &Run) {
                 .map(|q| p.gbps / q.gbps);
             println!(
                 "{:>8}K {:>6} {:>6} {:>8.2} {:>6.2} {:>5} {:>6.2} {:>6} {:>9} {:>7.1}us {:>7.1}us \
-                 {:>9} {:>9} {:>9} {:>10} {:>8.1}us {:>8.1}us",
+                 {:>9} {:>9} {:>9} {:>9} {:>10} {:>8.1}us {:>8.1}us",
                 p.block_bytes >> 10,
                 p.batch,
                 p.depth,
@@ -168,6 +169,7 @@ pub(crate) fn print_tables(run: &Run) {
                 p.submit_avg_us,
                 p.submit_p99_us,
                 us(p.submit_p99_on_core_us),
+                us(p.fill_submit_max_us),
                 us(p.spin_p99_us),
                 us(p.wake_p99_us),
                 us(p.poll_p999_us),
