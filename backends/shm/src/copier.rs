@@ -6,9 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
-use blockwire_core::kit::{Doorbell, TransferCell};
+use blockwire_core::kit::{Doorbell, HandOff, TransferCell};
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
-use crossbeam_channel::{Receiver, Sender};
 use parking_lot::RwLockReadGuard;
 
 use crate::chunks::Chunks;
@@ -86,43 +85,52 @@ pub(crate) enum Work {
 
 /// The worker threads.
 pub(crate) struct CopyPool {
-    tx: Option<Sender<Job>>,
+    jobs: HandOff<Job>,
     threads: Vec<JoinHandle<()>>,
     shutdown: Arc<AtomicBool>,
 }
 
 impl CopyPool {
-    /// `threads` workers, copying at most `chunk_bytes` between two checks.
+    /// `threads` workers, copying at most `chunk_bytes` between two checks, each spinning
+    /// for `idle_spin` after a job before it sleeps (so that a submit soon after needs no
+    /// wake: [`HandOff`]).
     pub(crate) fn new(
         threads: usize,
         kernel: CopyKernel,
         chunk_bytes: usize,
+        idle_spin: std::time::Duration,
     ) -> Result<Self, BackendError> {
-        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let jobs = HandOff::new(idle_spin);
         let shutdown = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::with_capacity(threads);
         for i in 0..threads {
-            let rx = rx.clone();
-            let shutdown = shutdown.clone();
+            let (mine, stop) = (jobs.clone(), shutdown.clone());
             let handle = blockwire_core::kit::spawn(format!("blockwire-shm-copy-{i}"), move || {
-                worker(rx, shutdown, kernel, chunk_bytes)
-            })
-            .map_err(|e| BackendError::other(format!("spawning a copy thread: {e}")))?;
-            handles.push(handle);
+                worker(&mine, stop, kernel, chunk_bytes)
+            });
+            match handle {
+                Ok(handle) => handles.push(handle),
+                Err(e) => {
+                    // The threads started so far stop (the queue closes) and are joined.
+                    drop(CopyPool {
+                        jobs,
+                        threads: handles,
+                        shutdown,
+                    });
+                    return Err(BackendError::other(format!("spawning a copy thread: {e}")));
+                }
+            }
         }
         Ok(CopyPool {
-            tx: Some(tx),
+            jobs,
             threads: handles,
             shutdown,
         })
     }
 
     pub(crate) fn submit(&self, job: Job) -> Result<(), BackendError> {
-        let tx = self
-            .tx
-            .as_ref()
-            .ok_or_else(|| BackendError::other("copy threads stopped"))?;
-        tx.send(job)
+        self.jobs
+            .push(job)
             .map_err(|_| BackendError::other("copy threads stopped"))
     }
 }
@@ -130,14 +138,14 @@ impl CopyPool {
 impl Drop for CopyPool {
     fn drop(&mut self) {
         self.shutdown.store(true, Ordering::SeqCst);
-        drop(self.tx.take());
+        self.jobs.close();
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
     }
 }
 
-fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chunk_bytes: usize) {
+fn worker(jobs: &HandOff<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chunk_bytes: usize) {
     let how = Copying {
         shutdown: &shutdown,
         kernel,
@@ -145,7 +153,7 @@ fn worker(rx: Receiver<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, chun
     };
     // The chunk being copied, reused by every job of this thread.
     let mut chunk = Vec::new();
-    for job in rx {
+    while let Some(job) = jobs.next() {
         let cell = &job.transfer.cell;
         if !cell.start() {
             continue; // stopped before it started

@@ -14,7 +14,9 @@ use crate::lease::Lease;
 use crate::live::LiveRegion;
 use crate::mapping::{NO_FD, SharedRegion};
 use crate::memcopy::CopyKernel;
-use crate::{DEFAULT_CHUNK_BYTES, KIND, ShmBackend, address::ShmAddress, notify};
+use crate::{
+    DEFAULT_CHUNK_BYTES, DEFAULT_IDLE_SPIN, KIND, ShmBackend, address::ShmAddress, notify,
+};
 
 impl OpenBackend for ShmBackend {
     const KIND: &'static str = KIND;
@@ -47,6 +49,10 @@ impl OpenBackend for ShmBackend {
             .take::<usize>("chunk_bytes")
             .map_err(open_err)?
             .unwrap_or(DEFAULT_CHUNK_BYTES);
+        let idle_spin = options
+            .take::<u64>("idle_spin_us")
+            .map_err(open_err)?
+            .map_or(DEFAULT_IDLE_SPIN, std::time::Duration::from_micros);
         let kernel = options.take::<String>("copy_kernel").map_err(open_err)?;
         let kernel = CopyKernel::from_option(kernel.as_deref()).map_err(open_err)?;
         let map_peers = options
@@ -64,7 +70,7 @@ impl OpenBackend for ShmBackend {
         }
         let (pid, start_time) = blockwire_core::kit::process::current()
             .map_err(|e| open_err(BackendError::from_io("reading /proc/self/stat", &e)))?;
-        let pool = CopyPool::new(threads, kernel, chunk_bytes).map_err(open_err)?;
+        let pool = CopyPool::new(threads, kernel, chunk_bytes, idle_spin).map_err(open_err)?;
         let lease = Lease::create().map_err(open_err)?;
         let shared = SharedRegion::of(&span).map_err(open_err)?;
         let (region_fd, region_offset) = shared.as_ref().map_or((NO_FD, 0), SharedRegion::named);
@@ -90,6 +96,7 @@ impl OpenBackend for ShmBackend {
             token = live.token,
             threads,
             chunk_bytes,
+            idle_spin = ?idle_spin,
             copy_kernel = kernel.name(),
             shared_memory = shared.is_some(),
             map_peers,

@@ -3,7 +3,9 @@
 use blockwire_conformance::Setting;
 use blockwire_shm::ShmBackend;
 
-/// The default setting (a copy thread per core up to four), named `shm`.
+/// The default setting (a copy thread per core up to four, sleeping when idle), named `shm`,
+/// and `shm-spin`, whose copy threads spin 100 µs for the next transfer before they sleep
+/// (`idle_spin_us`: submits then hand transfers to a spinning thread, not a sleeping one).
 pub fn settings() -> Vec<Setting<ShmBackend>> {
-    vec![Setting::default()]
+    vec![Setting::default(), Setting::new("spin", "idle_spin_us=100")]
 }
