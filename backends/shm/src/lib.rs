@@ -88,7 +88,7 @@
 //! |---|---|---|
 //! | `copy_threads` | min(4, cores) | threads copying; one transfer is copied by one thread |
 //! | `chunk_bytes` | 262144 | bytes copied between two checks for abort and peer liveness |
-//! | `idle_spin_us` | `0` | how long a copy thread that finished a transfer spins for the next before it sleeps ([`blockwire_core::kit::HandOff`]): a submit that comes within it wakes no thread (waking one took 35 to 60 µs on a VM whose idle CPUs halt). Measured there with one transfer of 16 blocks in flight: 100 µs cut the 64 KiB submit from 13 to 2 µs on average, but moved 5 to 10 % less and finished each transfer about 8 µs later (1 MiB: 3 % more), and changed nothing with 4 in flight; it costs a core for that long after each transfer |
+//! | `idle_spin_us` | `0` | how long a copy thread that finished a transfer spins for the next before it sleeps ([`blockwire_core::kit::HandOff`]): a submit that comes within it wakes no thread (waking one took 35 to 60 µs on a VM whose idle CPUs halt). Measured there with one transfer of 16 blocks in flight: 100 µs cut the 64 KiB submit from 13 to 2 µs on average, but moved 5 to 10 % less and finished each transfer about 8 µs later (1 MiB: 3 % more), and changed nothing with 4 in flight; it costs a core for that long after each transfer; at most 1,000,000 |
 //! | `copy_kernel` | `auto` | copies in user space (one process, or a mapped peer region): `stream` (non-temporal stores, x86_64), `plain` (`memmove`); `auto` streams where it can |
 //! | `map_peers` | `true` | map a peer process's region when it lives in shared memory; `false`: always `process_vm_*` |
 //!

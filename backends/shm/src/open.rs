@@ -18,6 +18,10 @@ use crate::{
     DEFAULT_CHUNK_BYTES, DEFAULT_IDLE_SPIN, KIND, ShmBackend, address::ShmAddress, notify,
 };
 
+/// The longest `idle_spin_us` taken: a second (a copy thread spinning longer is a core taken
+/// for nothing).
+const MAX_IDLE_SPIN: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl OpenBackend for ShmBackend {
     const KIND: &'static str = KIND;
 
@@ -62,6 +66,12 @@ impl OpenBackend for ShmBackend {
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
+        if idle_spin > MAX_IDLE_SPIN {
+            return Err(open_err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                format!("idle_spin_us must be at most {}", MAX_IDLE_SPIN.as_micros()),
+            )));
+        }
         if threads == 0 || chunk_bytes == 0 {
             return Err(open_err(BackendError::new(
                 BackendErrorKind::InvalidOption,
@@ -115,5 +125,38 @@ impl OpenBackend for ShmBackend {
             pool,
             doorbell,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use blockwire_core::{BackendErrorKind, BackendOptions, OpenBackend, RegionSpan};
+
+    use crate::ShmBackend;
+
+    #[test]
+    fn idle_spin_is_taken_up_to_a_second() {
+        let mut mem = vec![0u8; 2 * 512];
+        let span = RegionSpan::new(
+            std::ptr::NonNull::new(mem.as_mut_ptr()).expect("mem"),
+            2,
+            512,
+        )
+        .expect("span");
+        let open = |spin: &str| {
+            // SAFETY: `mem` outlives every backend opened here (each is dropped at once).
+            unsafe { ShmBackend::open(span, BackendOptions::new().with("idle_spin_us", spin)) }
+                .map(drop)
+        };
+        assert!(open("1000000").is_ok());
+        let refused = open("1000001").expect_err("over a second");
+        assert!(
+            matches!(&refused, blockwire_core::Error::Open { source, .. }
+                if source.kind() == BackendErrorKind::InvalidOption
+                    && source.message().contains("idle_spin_us")),
+            "{}",
+            refused.report()
+        );
+        drop(mem);
     }
 }

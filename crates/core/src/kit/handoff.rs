@@ -168,7 +168,9 @@ impl<T> HandOff<T> {
     /// Spins until an item is taken, the queue closes, or `spin` has passed.
     fn spin_for_one(&self) -> Option<T> {
         let s = &*self.0;
-        let deadline = Instant::now() + s.spin;
+        // A spin too long for the clock to add has no deadline (it ends with an item or the
+        // close).
+        let deadline = Instant::now().checked_add(s.spin);
         loop {
             for _ in 0..SPINS_PER_LOOK {
                 std::hint::spin_loop();
@@ -176,7 +178,7 @@ impl<T> HandOff<T> {
             if let Some(item) = self.take() {
                 return Some(item);
             }
-            if s.closed.load(Ordering::SeqCst) || Instant::now() >= deadline {
+            if s.closed.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
                 return None;
             }
         }

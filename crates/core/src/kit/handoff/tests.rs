@@ -112,3 +112,15 @@ fn sleeping_workers_wake_for_a_close() {
         t.join().expect("a worker stopped");
     }
 }
+
+#[test]
+fn a_spin_too_long_for_the_clock_ends_with_an_item_or_the_close() {
+    let queue = HandOff::new(Duration::MAX);
+    let (taken, threads) = workers(&queue, 1);
+    queue.push(7).expect("open");
+    assert_eq!(taken.recv_timeout(Duration::from_secs(10)), Ok(7));
+    queue.close();
+    for t in threads {
+        t.join().expect("a worker stopped");
+    }
+}
