@@ -8,6 +8,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr;
+use std::time::{Duration, Instant};
 
 use blockwire_core::BackendError;
 use libfabric_sys::*;
@@ -243,9 +244,9 @@ impl PeerQueues {
             .sum()
     }
 
-    /// The waiting progress thread's step: reads every queue; if nothing was there and
-    /// `fi_trywait` agrees, sleeps until a queue's fd is readable (or [`WAIT_MS`]; 1 ms when
-    /// `busy`: posts wait to be retried).
+    /// The waiting progress thread's step: reads every queue, again and again for up to
+    /// `spin` while they are empty; if nothing was there and `fi_trywait` agrees, sleeps until
+    /// a queue's fd is readable (or [`WAIT_MS`]; 1 ms when `busy`: posts wait to be retried).
     ///
     /// # Safety
     ///
@@ -257,10 +258,26 @@ impl PeerQueues {
         main: *mut fid_cq,
         recv: Option<&RecvPool>,
         busy: bool,
+        spin: Duration,
     ) {
-        // SAFETY: per this function's contract.
-        if unsafe { poll_main(main, recv) } + self.poll() > 0 {
-            return;
+        // Reading a queue is what makes the provider progress (`ofi_rxm` over `tcp` moves a
+        // large message's data only in such calls), so a spin keeps the data moving with no
+        // sleep and wake between its pieces (`wait_spin_us`). No deadline (a clock that cannot
+        // add `spin`): no spin.
+        let deadline = if spin.is_zero() {
+            None
+        } else {
+            Instant::now().checked_add(spin)
+        };
+        loop {
+            // SAFETY: per this function's contract.
+            if unsafe { poll_main(main, recv) } + self.poll() > 0 {
+                return;
+            }
+            match deadline {
+                Some(at) if Instant::now() < at => std::hint::spin_loop(),
+                _ => break,
+            }
         }
         let Some(epoll) = &self.epoll else {
             return;

@@ -4,12 +4,19 @@
 use std::time::Duration;
 
 use blockwire_core::kit::LiveCounts;
-use blockwire_core::{BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend, RegionSpan};
+use blockwire_core::{
+    BackendError, BackendErrorKind, BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend,
+    RegionSpan,
+};
 use parking_lot::Mutex;
 
 use crate::fabric::{Fabric, Settings};
 use crate::link::Links;
 use crate::{KIND, OfiBackend, reap};
+
+/// The longest `wait_spin_us`: a second (a spin longer than that is a polling thread; `wait=false`
+/// is that).
+const MAX_WAIT_SPIN: Duration = Duration::from_secs(1);
 
 /// The provider a `provider` option names: `tcp` (and no option) is `tcp;ofi_rxm`; any other
 /// name is itself.
@@ -77,6 +84,12 @@ impl OpenBackend for OfiBackend {
             // shm: waiting slowed posts (submit 0.2 to 3 ms against 15 to 140 us polling)
             // for no gain in GB/s; tcp: waiting is what lets a passive target keep up.
             .unwrap_or(provider != "shm");
+        let wait_spin = Duration::from_micros(
+            options
+                .take::<u64>("wait_spin_us")
+                .map_err(open_err)?
+                .unwrap_or(0),
+        );
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
@@ -92,12 +105,19 @@ impl OpenBackend for OfiBackend {
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
+        if wait_spin > MAX_WAIT_SPIN {
+            return Err(open_err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                format!("wait_spin_us must be at most {}", MAX_WAIT_SPIN.as_micros()),
+            )));
+        }
         let settings = Settings {
             give_up_after,
             provider,
             domain,
             idle_sleep,
             wait,
+            wait_spin,
             endpoint_per_peer,
             inbox,
         };
@@ -116,5 +136,36 @@ impl OpenBackend for OfiBackend {
             links: Links::default(),
             doorbell,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ptr::NonNull;
+
+    #[test]
+    fn a_wait_spin_over_a_second_is_refused() {
+        let mut mem = vec![0u8; 2 * 512];
+        let span =
+            RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("mem"), 2, 512).expect("span");
+        let open = |spin: &str| {
+            let options = BackendOptions::new()
+                .with("provider", "tcp")
+                .with("domain", "lo")
+                .with("wait_spin_us", spin);
+            // SAFETY: `mem` outlives every backend opened here (each is dropped at once).
+            unsafe { OfiBackend::open(span, options) }.map(drop)
+        };
+        assert!(open("1000000").is_ok());
+        let refused = open("1000001").expect_err("over a second");
+        assert!(
+            matches!(&refused, Error::Open { source, .. }
+                if source.kind() == BackendErrorKind::InvalidOption
+                    && source.message().contains("wait_spin_us")),
+            "{}",
+            refused.report()
+        );
+        drop(mem);
     }
 }

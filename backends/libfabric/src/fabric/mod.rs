@@ -29,6 +29,8 @@ pub(crate) struct Settings {
     pub(crate) idle_sleep: Duration,
     /// Block on the completion queue's wait object where the provider offers one.
     pub(crate) wait: bool,
+    /// How long a waiting progress thread keeps reading the queues before it sleeps.
+    pub(crate) wait_spin: Duration,
     /// Post to each peer through an endpoint of its own (see `crate::endpoint`); `None`:
     /// wherever the provider allows it.
     pub(crate) endpoint_per_peer: Option<bool>,

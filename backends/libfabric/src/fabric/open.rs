@@ -293,6 +293,7 @@ impl Fabric {
         let thread = if self.waitable {
             let wake = Raw(self.cq);
             let fabric = RawFabric(self.fabric);
+            let spin = settings.wait_spin;
             ProgressThread::spawn_waiting(
                 "ofi",
                 move || {
@@ -301,7 +302,7 @@ impl Fabric {
                     // SAFETY: the fabric, queue and endpoint outlive this thread:
                     // `Fabric::revoke` and `Fabric::drop` stop and join it first; the queues
                     // wait (`waitable`); the backend's queue has the msg format.
-                    unsafe { peers.wait(fabric.0, cq.0, recv.as_deref(), busy) };
+                    unsafe { peers.wait(fabric.0, cq.0, recv.as_deref(), busy, spin) };
                     retries.watch();
                 },
                 move || {
