@@ -29,11 +29,13 @@
 //!   keeps reading its queues that long after they run dry before it sleeps: reading a queue
 //!   is what moves a large message's data over `tcp`, so the pieces of a large transfer, on
 //!   both sides, no longer wait for a sleeping thread's wake (35 to 60 us on a VM whose idle
-//!   CPUs halt). Off by default: on a 2-core VM (alternated bench runs, 16 blocks a transfer,
-//!   4 in flight, both transports in one process) 50 us moved WRITEs of 256 KiB to 4 MiB
-//!   blocks at 3.6 to 5.0 GB/s against 2.8 to 3.7 without it, READs about as much, and 4 and
-//!   64 KiB READs up to a tenth less: both transports' threads spin on the cores their data
-//!   needs.
+//!   CPUs halt). Off by default: on a 2-core VM (the bench, 16 blocks a transfer, 4 in
+//!   flight, both transports in one process, two 3-round runs of each setting alternated) 50
+//!   us moved 256 KiB WRITEs at 3.96 to 4.43 GB/s against 2.57 to 2.95 without it, 1 MiB at
+//!   4.34 to 4.63 against 3.04 to 3.79, 4 MiB at 4.21 to 4.89 against 3.84 to 4.32; 256 KiB
+//!   READs at 4.27 to 4.89 against 3.32 to 3.68, 1 and 4 MiB READs about as much; but 4 KiB
+//!   WRITEs and READs and 64 KiB READs 10 to 15 % less: both transports' threads spin on the
+//!   cores their data needs.
 //! - **Teardown**: endpoint, memory registration, address vector, completion queue, domain,
 //!   fabric, in that order, when the last peer and transfer are gone (the `shm` provider
 //!   leaves files in `/dev/shm` when its endpoints are not closed: a process killed with
