@@ -120,7 +120,7 @@
 //! | `wait` | `true` but on `shm` | block on the completion queue's wait object where the provider has one |
 //! | `endpoint_per_peer` | `true` unless the provider binds registrations to endpoints | post to each peer through an endpoint of its own (see **Endpoints**) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle polling progress thread: a passive target's latency against its CPU use |
-//! | `wait_spin_us` | 0 | how long a waiting progress thread keeps reading its queues after they run dry before it sleeps (at most 1,000,000); see **Progress** |
+//! | `wait_spin_us` | 0 | how long a waiting progress thread keeps reading its queues after they run dry before it sleeps (at most 1,000,000; nothing where the thread polls: `shm`, `wait=false`); see **Progress** |
 //! | `reap_stale_files` | `true` | on `shm`, first remove the files of dead processes from `/dev/shm` ([`reap_stale_shm_files`]); `false` where `/dev/shm` is shared with processes of another pid namespace |
 //!
 //! ```
