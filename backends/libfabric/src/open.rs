@@ -4,10 +4,7 @@
 use std::time::Duration;
 
 use blockwire_core::kit::LiveCounts;
-use blockwire_core::{
-    BackendError, BackendErrorKind, BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend,
-    RegionSpan,
-};
+use blockwire_core::{BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend, RegionSpan};
 use parking_lot::Mutex;
 
 use crate::fabric::{Fabric, Settings};
@@ -84,12 +81,10 @@ impl OpenBackend for OfiBackend {
             // shm: waiting slowed posts (submit 0.2 to 3 ms against 15 to 140 us polling)
             // for no gain in GB/s; tcp: waiting is what lets a passive target keep up.
             .unwrap_or(provider != "shm");
-        let wait_spin = Duration::from_micros(
-            options
-                .take::<u64>("wait_spin_us")
-                .map_err(open_err)?
-                .unwrap_or(0),
-        );
+        let wait_spin = options
+            .take_micros("wait_spin_us", MAX_WAIT_SPIN)
+            .map_err(open_err)?
+            .unwrap_or(Duration::ZERO);
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
@@ -105,12 +100,6 @@ impl OpenBackend for OfiBackend {
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
-        if wait_spin > MAX_WAIT_SPIN {
-            return Err(open_err(BackendError::new(
-                BackendErrorKind::InvalidOption,
-                format!("wait_spin_us must be at most {}", MAX_WAIT_SPIN.as_micros()),
-            )));
-        }
         let settings = Settings {
             give_up_after,
             provider,
@@ -142,6 +131,7 @@ impl OpenBackend for OfiBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blockwire_core::BackendErrorKind;
     use std::ptr::NonNull;
 
     #[test]

@@ -54,9 +54,9 @@ impl OpenBackend for ShmBackend {
             .map_err(open_err)?
             .unwrap_or(DEFAULT_CHUNK_BYTES);
         let idle_spin = options
-            .take::<u64>("idle_spin_us")
+            .take_micros("idle_spin_us", MAX_IDLE_SPIN)
             .map_err(open_err)?
-            .map_or(DEFAULT_IDLE_SPIN, std::time::Duration::from_micros);
+            .unwrap_or(DEFAULT_IDLE_SPIN);
         let kernel = options.take::<String>("copy_kernel").map_err(open_err)?;
         let kernel = CopyKernel::from_option(kernel.as_deref()).map_err(open_err)?;
         let map_peers = options
@@ -66,12 +66,6 @@ impl OpenBackend for ShmBackend {
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
-        if idle_spin > MAX_IDLE_SPIN {
-            return Err(open_err(BackendError::new(
-                BackendErrorKind::InvalidOption,
-                format!("idle_spin_us must be at most {}", MAX_IDLE_SPIN.as_micros()),
-            )));
-        }
         if threads == 0 || chunk_bytes == 0 {
             return Err(open_err(BackendError::new(
                 BackendErrorKind::InvalidOption,

@@ -261,6 +261,39 @@ impl BackendOptions {
         }
     }
 
+    /// Removes `key` and parses its value as a whole number of microseconds, refusing
+    /// (`InvalidOption`) one over `max`: for the spins and sleeps backends take from their
+    /// options, which a thread would otherwise keep a core for, or panic adding to the clock.
+    ///
+    /// ```
+    /// # use blockwire_core::{BackendErrorKind, BackendOptions};
+    /// # use std::time::Duration;
+    /// let max = Duration::from_secs(1);
+    /// let mut o = BackendOptions::new().with("spin_us", "50").with("long_us", "1000001");
+    /// assert_eq!(o.take_micros("spin_us", max).unwrap(), Some(Duration::from_micros(50)));
+    /// assert_eq!(o.take_micros("absent_us", max).unwrap(), None);
+    /// let err = o.take_micros("long_us", max).unwrap_err();
+    /// assert_eq!(err.kind(), BackendErrorKind::InvalidOption);
+    /// assert!(err.message().contains("long_us"));
+    /// ```
+    pub fn take_micros(
+        &mut self,
+        key: &str,
+        max: Duration,
+    ) -> Result<Option<Duration>, BackendError> {
+        let Some(micros) = self.take::<u64>(key)? else {
+            return Ok(None);
+        };
+        let value = Duration::from_micros(micros);
+        if value > max {
+            return Err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                format!("option {key}={micros}: at most {}", max.as_micros()),
+            ));
+        }
+        Ok(Some(value))
+    }
+
     /// Removes every option whose key starts with `prefix`; returns them without the prefix.
     ///
     /// ```
