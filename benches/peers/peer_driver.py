@@ -250,6 +250,7 @@ def point(init, target, op, block, batch, args):
     inflight = deque()
     submits, completes = [], []
     k = 0
+    cpu = time.thread_time()
     start = time.perf_counter()
     try:
         while True:
@@ -266,6 +267,7 @@ def point(init, target, op, block, batch, args):
             init.wait(op, handle)
             completes.append((time.perf_counter() - t) * 1e6)
         secs = time.perf_counter() - start
+        cpu = time.thread_time() - cpu
     except Rejected as err:
         # The batches still in flight end before their lists are released.
         for handle, _ in inflight:
@@ -295,6 +297,9 @@ def point(init, target, op, block, batch, args):
         "submit_p99_us": s_p99,
         "complete_avg_us": c_avg,
         "complete_p99_us": c_p99,
+        # This thread's CPU time (posts and waits), as the bench measures its own caller.
+        "caller_cpu_us_per_transfer": cpu * 1e6 / len(completes) if completes else None,
+        "caller_cores": cpu / secs if secs > 0 else None,
         "verified_blocks": len(moved),
     }
 

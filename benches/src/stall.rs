@@ -68,6 +68,22 @@ impl SpinProbe {
     }
 }
 
+/// The CPU time the calling thread has used so far, user and system (`None` where unknown).
+pub(crate) fn thread_cpu() -> Option<Duration> {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: a writable timespec; the clock is the calling thread's own.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    (ret == 0).then(|| {
+        Duration::new(
+            u64::try_from(now.tv_sec).unwrap_or(0),
+            u32::try_from(now.tv_nsec).unwrap_or(0),
+        )
+    })
+}
+
 /// The calling thread's involuntary context switches so far (`None` where unknown).
 pub(crate) fn preemptions() -> Option<libc::c_long> {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();

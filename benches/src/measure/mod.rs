@@ -103,6 +103,18 @@ pub struct Point {
     /// moves data). `None` where not measured.
     #[serde(default)]
     pub poll_p999_us: Option<f64>,
+    /// The CPU time of the thread that submits and polls, per transfer that ended, µs: its
+    /// `write_blocks`/`read_blocks` and `poll_wait` calls (a `poll_wait` asleep costs none;
+    /// waking it does), with the driver's own bookkeeping and probes (at most one of each a
+    /// millisecond). What driving transfers costs the caller's thread, an inference
+    /// scheduler's; on a machine whose cores the data path's threads fill, also what it takes
+    /// from them. The peers': their driver's thread, in Python (`time.thread_time`). `None`
+    /// where not measured (older runs).
+    #[serde(default)]
+    pub caller_cpu_us_per_transfer: Option<f64>,
+    /// That thread's CPU time over the point's time: the share of a core it kept busy.
+    #[serde(default)]
+    pub caller_cores: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
     pub complete_avg_us: f64,
     /// 99th percentile of the completion time, µs.
@@ -222,6 +234,8 @@ pub(crate) fn throughput(
         None => backends.raw_gbps(backend, &shape, args)?,
     };
     let gbps = pumped.gbps();
+    let (caller_cpu_us_per_transfer, caller_cores) =
+        (pumped.caller_cpu_us_per_transfer(), pumped.caller_cores());
     let Pumped {
         submits,
         fills,
@@ -270,6 +284,8 @@ pub(crate) fn throughput(
         spin_p99_us,
         wake_p99_us,
         poll_p999_us,
+        caller_cpu_us_per_transfer,
+        caller_cores,
         complete_avg_us,
         complete_p99_us,
     })
@@ -397,6 +413,10 @@ mod tests {
         assert!(p.gbps > 0.0, "{p:?}");
         assert!(p.fill_submit_p50_us <= p.fill_submit_max_us, "{p:?}");
         assert!(p.fill_submit_p50_us.is_some(), "{p:?}");
+        // The calling thread's CPU time: some for each transfer, at most its one core.
+        let cpu = p.caller_cpu_us_per_transfer.expect("the caller's CPU time");
+        let cores = p.caller_cores.expect("the caller's share of a core");
+        assert!(cpu > 0.0 && cores > 0.0 && cores <= 1.05, "{p:?}");
     }
 
     /// Each slice's first `depth` submits (before its first poll) are the fill, kept apart

@@ -6,7 +6,7 @@ use blockwire::{Op, PeerId, TransferId, Transport};
 
 use super::Summary;
 use crate::remote::PEER;
-use crate::stall::{SpinProbe, preemptions};
+use crate::stall::{SpinProbe, preemptions, thread_cpu};
 use crate::wake::WakeProbe;
 use crate::{Args, Res, Shape, Waiting};
 
@@ -32,6 +32,8 @@ pub(crate) struct Pumped {
     pub(crate) spins: Vec<f64>,
     /// Each `poll` call, µs: with [`Waiting::Sleep`] only (`poll_wait` sleeps by design).
     pub(crate) polls: Vec<f64>,
+    /// The CPU time the calling thread used over the run, seconds (`None` where unknown).
+    pub(crate) caller_cpu_secs: Option<f64>,
 }
 
 impl Pumped {
@@ -55,6 +57,25 @@ impl Pumped {
         self.wakes.extend(slice.wakes);
         self.spins.extend(slice.spins);
         self.polls.extend(slice.polls);
+        self.caller_cpu_secs = self
+            .caller_cpu_secs
+            .zip(slice.caller_cpu_secs)
+            .map(|(a, b)| a + b);
+    }
+
+    /// The calling thread's CPU time per transfer that ended, µs.
+    pub(crate) fn caller_cpu_us_per_transfer(&self) -> Option<f64> {
+        let transfers = self.completes.len();
+        self.caller_cpu_secs
+            .filter(|_| transfers > 0)
+            .map(|cpu| cpu * 1e6 / transfers as f64)
+    }
+
+    /// The calling thread's CPU time over the run's time: the cores it kept busy.
+    pub(crate) fn caller_cores(&self) -> Option<f64> {
+        self.caller_cpu_secs
+            .filter(|_| self.secs > 0.0)
+            .map(|cpu| cpu / self.secs)
     }
 }
 
@@ -99,6 +120,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
     let mut wake = WakeProbe::start()?;
     let mut spin = SpinProbe::default();
     short_timer_slack();
+    let cpu_at_start = thread_cpu();
     let start = Instant::now();
     let mut completed_us = 0.0;
     loop {
@@ -162,6 +184,9 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         }
     }
     let secs = start.elapsed().as_secs_f64();
+    let caller_cpu_secs = cpu_at_start
+        .zip(thread_cpu())
+        .map(|(then, now)| now.saturating_sub(then).as_secs_f64());
     let bytes = completes.len() as f64 * f64::from(batch) * shape.block as f64;
     Ok(Pumped {
         bytes,
@@ -173,6 +198,7 @@ pub(crate) fn pump(a: &dyn Transport, shape: &Shape, driver: Driver) -> Res<Pump
         wakes: wake.finish(),
         spins: spin.finish(),
         polls,
+        caller_cpu_secs,
     })
 }
 

@@ -125,7 +125,7 @@ pub(crate) fn print_tables(run: &Run) {
             if xp { " (peer in another process)" } else { "" }
         );
         println!(
-            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>10} {:>10}",
+            "{:>9} {:>6} {:>6} {:>8} {:>6} {:>5} {:>6} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>10} {:>10}",
             "block",
             "batch",
             "depth",
@@ -142,6 +142,7 @@ pub(crate) fn print_tables(run: &Run) {
             "spin p99",
             "wake p99",
             "poll p99.9",
+            "cpu/xfer",
             "complete",
             "cmp p99"
         );
@@ -156,7 +157,7 @@ pub(crate) fn print_tables(run: &Run) {
                 .map(|q| p.gbps / q.gbps);
             println!(
                 "{:>8}K {:>6} {:>6} {:>8.2} {:>6.2} {:>5} {:>6.2} {:>6} {:>9} {:>7.1}us {:>7.1}us \
-                 {:>9} {:>9} {:>9} {:>9} {:>10} {:>8.1}us {:>8.1}us",
+                 {:>9} {:>9} {:>9} {:>9} {:>10} {:>9} {:>8.1}us {:>8.1}us",
                 p.block_bytes >> 10,
                 p.batch,
                 p.depth,
@@ -173,6 +174,7 @@ pub(crate) fn print_tables(run: &Run) {
                 us(p.spin_p99_us),
                 us(p.wake_p99_us),
                 us(p.poll_p999_us),
+                us(p.caller_cpu_us_per_transfer),
                 p.complete_avg_us,
                 p.complete_p99_us
             );
