@@ -38,6 +38,7 @@ pub mod dead_peer;
 pub mod dev_shm;
 mod fault;
 mod fixture;
+pub mod idle;
 pub mod memory;
 pub mod model;
 #[cfg(any(

@@ -4,22 +4,11 @@
 //! would add to.
 
 use std::ptr::NonNull;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use blockwire_conformance::idle::cores_while_asleep;
 use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_libfabric::OfiBackend;
-
-/// This process's CPU time (user and system), in seconds.
-fn cpu_seconds() -> f64 {
-    // SAFETY: `getrusage` fills the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
 
 /// The cores this process uses over a second while a TCP transport with `options` (beside
 /// `provider=tcp,domain=lo`) is open and idle.
@@ -34,10 +23,7 @@ fn cores_while_idle(options: BackendOptions) -> f64 {
     let options = options.with("provider", "tcp").with("domain", "lo");
     // SAFETY: `memory` outlives the backend, dropped before it.
     let backend = unsafe { OfiBackend::open(span, options) }.expect("open over TCP on lo");
-    std::thread::sleep(Duration::from_millis(200));
-    let (cpu, wall) = (cpu_seconds(), Instant::now());
-    std::thread::sleep(Duration::from_secs(1));
-    let cores = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    let cores = cores_while_asleep(Duration::from_millis(200), Duration::from_secs(1));
     drop(backend);
     cores
 }

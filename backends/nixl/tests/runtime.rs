@@ -4,7 +4,9 @@
 
 use std::process::Command;
 use std::ptr::NonNull;
+use std::time::Duration;
 
+use blockwire_conformance::idle::cores_while_asleep;
 use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_nixl::NixlBackend;
 
@@ -55,18 +57,6 @@ fn a_missing_runtime_is_a_clear_error() {
     assert!(text.contains("1 passed"), "child did not run: {text}");
 }
 
-/// This process's CPU time (user and system), in seconds.
-fn cpu_seconds() -> f64 {
-    // SAFETY: `getrusage` fills the zeroed struct it is given.
-    let usage = unsafe {
-        let mut usage: libc::rusage = std::mem::zeroed();
-        assert_eq!(libc::getrusage(libc::RUSAGE_SELF, &mut usage), 0);
-        usage
-    };
-    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    secs(usage.ru_utime) + secs(usage.ru_stime)
-}
-
 /// An idle agent's progress thread sleeps until its workers have an event: with NIXL's own
 /// default (`pthrDelay` 0, which nixl-sys's `Agent::new` passes) it spins, a whole core per
 /// agent. Over a second of idleness the process uses well under half a core. A loaded machine
@@ -75,10 +65,7 @@ fn cpu_seconds() -> f64 {
 #[test]
 fn an_idle_agent_does_not_spin() {
     let b = open(BackendOptions::new()).expect("the NIXL runtime must be installed");
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let (cpu, wall) = (cpu_seconds(), std::time::Instant::now());
-    std::thread::sleep(std::time::Duration::from_secs(1));
-    let cores = (cpu_seconds() - cpu) / wall.elapsed().as_secs_f64();
+    let cores = cores_while_asleep(Duration::from_millis(200), Duration::from_secs(1));
     drop(b);
     assert!(cores < 0.5, "an idle agent used {cores:.2} of a core");
 }
