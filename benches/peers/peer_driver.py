@@ -299,7 +299,6 @@ def point(init, target, op, block, batch, args):
         "complete_p99_us": c_p99,
         # This thread's CPU time (posts and waits), as the bench measures its own caller.
         "caller_cpu_us_per_transfer": cpu * 1e6 / len(completes) if completes else None,
-        "caller_cores": cpu / secs if secs > 0 else None,
         "verified_blocks": len(moved),
     }
 

@@ -104,8 +104,6 @@ struct Row {
     /// The driver thread's CPU time per transfer, µs (absent from older drivers).
     #[serde(default)]
     caller_cpu_us_per_transfer: Option<f64>,
-    #[serde(default)]
-    caller_cores: Option<f64>,
 }
 
 /// The python the driver runs with: `--peer-python`, else this workspace's
@@ -169,7 +167,6 @@ impl Peer {
                     fill_submit_max_us: None,
                     poll_p999_us: None,
                     caller_cpu_us_per_transfer: r.caller_cpu_us_per_transfer,
-                    caller_cores: r.caller_cores,
                     complete_avg_us: r.complete_avg_us,
                     complete_p99_us: r.complete_p99_us,
                 }));

@@ -4,7 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-/// This process's CPU time so far, user and system, in seconds.
+/// This process's CPU time so far, user and system, in seconds (a test helper: panics if
+/// `getrusage` fails).
 pub fn process_cpu_seconds() -> f64 {
     let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
     // SAFETY: a writable rusage; RUSAGE_SELF reads this process's counters.

@@ -112,13 +112,21 @@ pub struct Point {
     /// where not measured (older runs).
     #[serde(default)]
     pub caller_cpu_us_per_transfer: Option<f64>,
-    /// That thread's CPU time over the point's time: the share of a core it kept busy.
-    #[serde(default)]
-    pub caller_cores: Option<f64>,
     /// Average time from submit to the id reported done by `poll`, µs.
     pub complete_avg_us: f64,
     /// 99th percentile of the completion time, µs.
     pub complete_p99_us: f64,
+}
+
+impl Point {
+    /// The share of a core the calling thread kept busy: its CPU time per transfer times the
+    /// transfers a second that `gbps` means.
+    pub fn caller_cores(&self) -> Option<f64> {
+        let bytes_per_transfer = f64::from(self.batch) * self.block_bytes as f64;
+        self.caller_cpu_us_per_transfer
+            .filter(|_| bytes_per_transfer > 0.0)
+            .map(|us| us / 1e6 * self.gbps * 1e9 / bytes_per_transfer)
+    }
 }
 
 /// Registration cost of one backend.
@@ -234,8 +242,7 @@ pub(crate) fn throughput(
         None => backends.raw_gbps(backend, &shape, args)?,
     };
     let gbps = pumped.gbps();
-    let (caller_cpu_us_per_transfer, caller_cores) =
-        (pumped.caller_cpu_us_per_transfer(), pumped.caller_cores());
+    let caller_cpu_us_per_transfer = pumped.caller_cpu_us_per_transfer();
     let Pumped {
         submits,
         fills,
@@ -285,7 +292,6 @@ pub(crate) fn throughput(
         wake_p99_us,
         poll_p999_us,
         caller_cpu_us_per_transfer,
-        caller_cores,
         complete_avg_us,
         complete_p99_us,
     })
@@ -415,7 +421,7 @@ mod tests {
         assert!(p.fill_submit_p50_us.is_some(), "{p:?}");
         // The calling thread's CPU time: some for each transfer, at most its one core.
         let cpu = p.caller_cpu_us_per_transfer.expect("the caller's CPU time");
-        let cores = p.caller_cores.expect("the caller's share of a core");
+        let cores = p.caller_cores().expect("the caller's share of a core");
         assert!(cpu > 0.0 && cores > 0.0 && cores <= 1.05, "{p:?}");
     }
 

@@ -70,13 +70,6 @@ impl Pumped {
             .filter(|_| transfers > 0)
             .map(|cpu| cpu * 1e6 / transfers as f64)
     }
-
-    /// The calling thread's CPU time over the run's time: the cores it kept busy.
-    pub(crate) fn caller_cores(&self) -> Option<f64> {
-        self.caller_cpu_secs
-            .filter(|_| self.secs > 0.0)
-            .map(|cpu| cpu / self.secs)
-    }
 }
 
 /// How the driver waits between its submits (`--waiting`, `--poll-sleep-us`).

@@ -198,7 +198,6 @@ mod tests {
             fill_submit_max_us: None,
             poll_p999_us: None,
             caller_cpu_us_per_transfer: None,
-            caller_cores: None,
             complete_avg_us: 0.0,
             complete_p99_us: 0.0,
         }
