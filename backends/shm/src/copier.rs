@@ -75,6 +75,16 @@ pub(crate) struct Job {
     pub(crate) work: Work,
 }
 
+impl Job {
+    /// The bytes it copies (a notification's frame for a notification).
+    fn bytes(&self) -> usize {
+        match &self.work {
+            Work::Copy(runs) => runs.iter().map(|p| p.len).sum(),
+            Work::Notify(frame) => frame.len(),
+        }
+    }
+}
+
 /// What a job does.
 pub(crate) enum Work {
     /// Copies these runs (blocks adjacent on both sides, one piece each), in order.
@@ -88,6 +98,8 @@ pub(crate) struct CopyPool {
     jobs: HandOff<Job>,
     threads: Vec<JoinHandle<()>>,
     shutdown: Arc<AtomicBool>,
+    kernel: CopyKernel,
+    chunk_bytes: usize,
 }
 
 impl CopyPool {
@@ -116,6 +128,8 @@ impl CopyPool {
                         jobs,
                         threads: handles,
                         shutdown,
+                        kernel,
+                        chunk_bytes,
                     });
                     return Err(BackendError::other(format!("spawning a copy thread: {e}")));
                 }
@@ -125,7 +139,24 @@ impl CopyPool {
             jobs,
             threads: handles,
             shutdown,
+            kernel,
+            chunk_bytes,
         })
+    }
+
+    /// Runs the first queued job in the calling thread, if it copies at most `max_bytes`
+    /// (a waiting caller lending a hand); whether it ran one.
+    pub(crate) fn assist(&self, max_bytes: usize) -> bool {
+        let Some(job) = self.jobs.take_if(|job| job.bytes() <= max_bytes) else {
+            return false;
+        };
+        let how = Copying {
+            shutdown: &self.shutdown,
+            kernel: self.kernel,
+            chunk_bytes: self.chunk_bytes,
+        };
+        run_job(&job, &how, &mut Vec::new());
+        true
     }
 
     pub(crate) fn submit(&self, job: Job) -> Result<(), BackendError> {
@@ -154,14 +185,19 @@ fn worker(jobs: &HandOff<Job>, shutdown: Arc<AtomicBool>, kernel: CopyKernel, ch
     // The chunk being copied, reused by every job of this thread.
     let mut chunk = Vec::new();
     while let Some(job) = jobs.next() {
-        let cell = &job.transfer.cell;
-        if !cell.start() {
-            continue; // stopped before it started
-        }
-        match run(&job, &how, &mut chunk) {
-            Ok(()) => cell.finish(),
-            Err(reason) => cell.fail(reason),
-        }
+        run_job(&job, &how, &mut chunk);
+    }
+}
+
+/// Starts, runs and ends one job (nothing when it was stopped before it started).
+fn run_job(job: &Job, how: &Copying<'_>, chunk: &mut Vec<Piece>) {
+    let cell = &job.transfer.cell;
+    if !cell.start() {
+        return;
+    }
+    match run(job, how, chunk) {
+        Ok(()) => cell.finish(),
+        Err(reason) => cell.fail(reason),
     }
 }
 

@@ -15,7 +15,8 @@ use crate::live::LiveRegion;
 use crate::mapping::{NO_FD, SharedRegion};
 use crate::memcopy::CopyKernel;
 use crate::{
-    DEFAULT_CHUNK_BYTES, DEFAULT_IDLE_SPIN, KIND, ShmBackend, address::ShmAddress, notify,
+    DEFAULT_ASSIST_BYTES, DEFAULT_CHUNK_BYTES, DEFAULT_IDLE_SPIN, KIND, ShmBackend,
+    address::ShmAddress, notify,
 };
 
 /// The longest `idle_spin_us` taken: a second (a copy thread spinning longer is a core taken
@@ -63,6 +64,10 @@ impl OpenBackend for ShmBackend {
             .take::<bool>("map_peers")
             .map_err(open_err)?
             .unwrap_or(true);
+        let assist_bytes = options
+            .take::<usize>("assist_bytes")
+            .map_err(open_err)?
+            .unwrap_or(DEFAULT_ASSIST_BYTES);
         let inbox = options.inbox();
         let doorbell = options.doorbell();
         options.finish(KIND).map_err(open_err)?;
@@ -107,6 +112,7 @@ impl OpenBackend for ShmBackend {
             "shm backend opened"
         );
         Ok(ShmBackend {
+            assist_bytes,
             span,
             live,
             address,

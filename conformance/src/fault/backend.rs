@@ -314,6 +314,10 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         self.inner.revoke();
     }
 
+    fn assist(&self, budget: std::time::Duration) -> bool {
+        self.inner.assist(budget)
+    }
+
     fn stats(&self) -> BackendStats {
         self.inner.stats()
     }

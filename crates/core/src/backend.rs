@@ -252,6 +252,17 @@ pub trait Backend: Send + Sync + 'static {
     /// `revoke: false`.
     fn revoke(&self) {}
 
+    /// Lends the thread of a caller waiting in `poll_wait` to the backend's own queued work:
+    /// runs one item that would otherwise wait for the backend's threads (shm: copies one
+    /// queued transfer), and returns whether it did. The transport calls it instead of
+    /// sleeping, when nothing can be reported yet, holding no lock, and only while at least
+    /// `budget` is left before the caller's deadline: the item should take no longer. The
+    /// default does nothing.
+    fn assist(&self, budget: std::time::Duration) -> bool {
+        let _ = budget;
+        false
+    }
+
     /// Live resources, for tests and leak checks.
     fn stats(&self) -> BackendStats;
 }

@@ -299,6 +299,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
             timeout,
             || self.drain(peer),
             || s.inflight.count(peer),
+            |budget| s.backend.assist(budget),
         )
     }
 

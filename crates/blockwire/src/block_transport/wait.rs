@@ -41,6 +41,7 @@ pub(super) fn poll_wait(
     timeout: Duration,
     mut drain: impl FnMut() -> Result<(PollResult, bool)>,
     in_flight: impl Fn() -> usize,
+    mut assist: impl FnMut(Duration) -> bool,
 ) -> Result<PollResult> {
     let deadline = Instant::now().checked_add(timeout);
     let mut nap = FIRST_NAP;
@@ -54,6 +55,12 @@ pub(super) fn poll_wait(
         let now = Instant::now();
         if in_flight() == 0 || deadline.is_some_and(|d| now >= d) {
             return Ok(result);
+        }
+        // Before sleeping, the waiting thread lends a hand with the backend's queued work (the
+        // caller's core is otherwise idle, or taken from the backend's threads by the wake).
+        if assist(deadline.map_or(Duration::MAX, |d| d - now)) {
+            nap = FIRST_NAP;
+            continue;
         }
         let wake = if waiter.rings && !unreleased {
             // Only the stall watchdog, which runs inside a drain, needs a drain without a
@@ -83,6 +90,64 @@ fn recheck(stall_timeout: Option<Duration>) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    use std::cell::Cell;
+
+    use blockwire_core::TransferId;
+
+    /// `poll_wait` over a transfer that ends only when `assist` runs (no ring ever comes),
+    /// with `timeout`; what it returned, how long it took, and the budgets `assist` was given.
+    fn wait_on_assist(timeout: Duration, assists: bool) -> (PollResult, Duration, Vec<Duration>) {
+        let doorbell = Doorbell::new();
+        let waiter = Waiter {
+            doorbell: &doorbell,
+            rings: true,
+            stall_timeout: None,
+        };
+        let copied = Cell::new(false);
+        let budgets = std::cell::RefCell::new(Vec::new());
+        let start = Instant::now();
+        let result = poll_wait(
+            waiter,
+            timeout,
+            || {
+                let mut r = PollResult::default();
+                if copied.get() {
+                    r.done.push(TransferId(7));
+                }
+                Ok((r, false))
+            },
+            || 1,
+            |budget| {
+                budgets.borrow_mut().push(budget);
+                copied.set(assists);
+                assists
+            },
+        )
+        .expect("poll_wait");
+        (result, start.elapsed(), budgets.into_inner())
+    }
+
+    #[test]
+    fn a_waiter_lends_its_thread_before_it_sleeps_and_reports_what_that_ended() {
+        let (result, took, budgets) = wait_on_assist(Duration::from_secs(10), true);
+        assert_eq!(result.done, vec![TransferId(7)]);
+        assert!(took < Duration::from_secs(5), "slept for a ring: {took:?}");
+        assert_eq!(budgets.len(), 1, "assisted again after the transfer ended");
+        assert!(
+            budgets[0] <= Duration::from_secs(10),
+            "budget past the deadline"
+        );
+    }
+
+    #[test]
+    fn a_waiter_with_nothing_to_assist_sleeps_until_its_deadline() {
+        let (result, took, budgets) = wait_on_assist(Duration::from_millis(30), false);
+        assert!(result.is_empty());
+        assert!(took >= Duration::from_millis(30));
+        assert!(!budgets.is_empty());
+        assert!(budgets.iter().all(|b| *b <= Duration::from_millis(30)));
+    }
 
     #[test]
     fn a_stalled_peer_is_checked_four_times_per_timeout() {

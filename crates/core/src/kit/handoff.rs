@@ -143,6 +143,22 @@ impl<T> HandOff<T> {
         s.wake.notify_all();
     }
 
+    /// The first queued item, taken without waiting, if there is one and `wanted` accepts
+    /// it (a thread that is not one of the workers lending a hand: shm's waiting caller).
+    pub fn take_if(&self, wanted: impl FnOnce(&T) -> bool) -> Option<T> {
+        let s = &*self.0;
+        if s.queued.load(Ordering::SeqCst) == 0 {
+            return None;
+        }
+        let mut items = s.items.lock();
+        if !items.front().is_some_and(wanted) {
+            return None;
+        }
+        let item = items.pop_front();
+        s.queued.store(items.len(), Ordering::SeqCst);
+        item
+    }
+
     /// How many items are queued.
     pub fn len(&self) -> usize {
         self.0.queued.load(Ordering::SeqCst)
