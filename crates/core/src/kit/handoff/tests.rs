@@ -124,3 +124,25 @@ fn a_spin_too_long_for_the_clock_ends_with_an_item_or_the_close() {
         t.join().expect("a worker stopped");
     }
 }
+
+#[test]
+fn take_if_takes_only_the_first_item_and_only_when_wanted() {
+    let queue = HandOff::new(Duration::ZERO);
+    assert_eq!(queue.take_if(|_| true), None, "empty");
+    for n in [10u64, 1, 2] {
+        queue.push(n).expect("open");
+    }
+    // The first item is not wanted: nothing is taken, not even a later one that would be.
+    assert_eq!(queue.take_if(|n| *n < 5), None);
+    assert_eq!(queue.len(), 3);
+    assert_eq!(queue.take_if(|n| *n == 10), Some(10));
+    assert_eq!(queue.take_if(|n| *n < 5), Some(1));
+    assert_eq!(queue.len(), 1);
+    // What is left goes to a worker as usual.
+    let (taken, threads) = workers(&queue, 1);
+    assert_eq!(taken.recv().expect("the worker sends"), 2);
+    queue.close();
+    for t in threads {
+        t.join().expect("worker");
+    }
+}
