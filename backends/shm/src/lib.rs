@@ -83,9 +83,8 @@
 //! of the transfer lands.
 //!
 //! A caller waiting in `poll_wait` with nothing to report yet lends its thread before it
-//! sleeps ([`Backend::assist`]): it copies the first queued
-//! transfer itself, when that is at most `assist_bytes` and fits its deadline at a byte a
-//! nanosecond, then reports what ended. Waking the caller for each transfer cost it about 40 µs
+//! sleeps ([`Backend::assist`]): it copies the first queued transfer itself, when that is at
+//! most `assist_bytes` and fits its deadline at a byte a nanosecond, then reports what ended. Waking the caller for each transfer cost it about 40 µs
 //! of CPU (half in the context switch) on a 2-core VM, taken from the copy threads; copying
 //! instead, shm moved 0.89 to 0.93 of the memory ceiling at 256 KiB blocks (16 per transfer, 4
 //! in flight) against 0.75 to 0.79, and 0.80 to 0.84 at 64 KiB against 0.66 to 0.69. The
