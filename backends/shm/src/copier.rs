@@ -73,12 +73,14 @@ pub(crate) struct Job {
     pub(crate) op: Op,
     pub(crate) target: Arc<Target>,
     pub(crate) work: Work,
+    /// `work.bytes()`, counted once at submit (not under the queue's lock).
+    pub(crate) bytes: usize,
 }
 
-impl Job {
+impl Work {
     /// The bytes it copies (a notification's frame for a notification).
-    fn bytes(&self) -> usize {
-        match &self.work {
+    pub(crate) fn bytes(&self) -> usize {
+        match self {
             Work::Copy(runs) => runs.iter().map(|p| p.len).sum(),
             Work::Notify(frame) => frame.len(),
         }
@@ -147,7 +149,7 @@ impl CopyPool {
     /// Runs the first queued job in the calling thread, if it copies at most `max_bytes`
     /// (a waiting caller lending a hand); whether it ran one.
     pub(crate) fn assist(&self, max_bytes: usize) -> bool {
-        let Some(job) = self.jobs.take_if(|job| job.bytes() <= max_bytes) else {
+        let Some(job) = self.jobs.take_if(|job| job.bytes <= max_bytes) else {
             return false;
         };
         let how = Copying {

@@ -82,17 +82,18 @@
 //! effect between chunks. A chunk in flight always completes: once `release` succeeds no byte
 //! of the transfer lands.
 //!
-//! A caller waiting in `poll_wait` with nothing to report yet lends its thread before it
-//! sleeps ([`Backend::assist`]): it copies the first queued transfer itself, when that is at
-//! most `assist_bytes` and fits its deadline at a byte a nanosecond, then reports what ended. Waking the caller for each transfer cost it about 40 µs
-//! of CPU (half in the context switch) on a 2-core VM, taken from the copy threads; copying
-//! instead, shm moved 0.89 to 0.93 of the memory ceiling at 256 KiB blocks (16 per transfer, 4
-//! in flight) against 0.75 to 0.79, and 0.80 to 0.84 at 64 KiB against 0.66 to 0.69. The
-//! price is the tail of a transfer's completion where the copy threads already have every
-//! core: three threads then share two, and a copy thread waits out the caller's time slice
-//! (p99 from submit to done 4.5 to 4.8 ms at 256 KiB against 1.2). A transfer the caller
-//! copies for another peer delays what it reports for its own by that copy (at most about a
-//! millisecond at the default). `poll`, which never waits, copies nothing.
+//! A caller waiting in `poll_wait` with nothing to report yet lends its thread before it sleeps
+//! ([`Backend::assist`]): it copies the first queued transfer itself, when that is at most
+//! `assist_bytes` and fits its deadline at a byte a nanosecond, then reports what ended. Waking
+//! the caller for each transfer cost it about 40 µs of CPU (half in the context switch) on a
+//! 2-core VM, taken from the copy threads; copying instead, shm moved 0.89 to 0.93 of the
+//! memory ceiling at 256 KiB blocks (16 per transfer, 4 in flight) against 0.75 to 0.79, and
+//! 0.80 to 0.84 at 64 KiB against 0.66 to 0.69. The price is the tail of a transfer's
+//! completion where the copy threads already have every core: three threads then share two, and
+//! a copy thread waits out the caller's time slice (p99 from submit to done 4.5 to 4.8 ms at
+//! 256 KiB against 1.2). A transfer the caller copies for another peer delays what it reports
+//! for its own by that copy (at most about a millisecond at the default). `poll`, which never
+//! waits, copies nothing.
 //!
 //! ## Options
 //!
@@ -313,6 +314,7 @@ impl ShmBackend {
             transfer: transfer.clone(),
             op,
             target: peer.target.clone(),
+            bytes: work.bytes(),
             work,
         })?;
         Ok(ShmXfer {

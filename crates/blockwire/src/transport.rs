@@ -348,10 +348,10 @@ pub trait Transport: Send + Sync {
     /// says [`Capabilities::doorbell`](crate::Capabilities::doorbell) wakes it when a transfer
     /// ends (shm, ucx, libfabric); with another it drains again after short naps (from 20 µs,
     /// growing to 1 ms while nothing ends). Before it sleeps, it may lend its thread to the
-    /// backend's queued work ([`Backend::assist`](crate::Backend::assist)): shm's
-    /// waiting caller copies a queued transfer (of any peer) of at most `assist_bytes` itself,
-    /// work the copy threads would have done, instead of being woken for each transfer. A
-    /// close from another thread ends the wait with `Err(Closed)`.
+    /// backend's queued work ([`Backend::assist`](crate::Backend::assist)): shm's waiting
+    /// caller copies a queued transfer (of any peer) of at most `assist_bytes` itself, work
+    /// the copy threads would have done, instead of being woken for each transfer. A close
+    /// from another thread ends the wait with `Err(Closed)`.
     ///
     /// ```
     /// use std::time::Duration;
