@@ -71,14 +71,32 @@ pub(crate) fn completed_before_remove_is_done<F: Fixture>(fx: &F) {
     let spec = Spec::new(4, 4096);
     let Pair { a, b, peer, .. } = pair(fx, &spec);
     fill_all(&a, 1);
-    let id = a.write_blocks(&peer, &[2], &[3]).expect("write");
-    crate::support::eventually("the bytes landed", || {
-        b.region().block(3).expect("block") == pattern(1, 2, 4096)
-    });
-    // Long enough for the completion to follow the bytes on any backend.
-    std::thread::sleep(Duration::from_millis(500));
-    a.remove_remote_peer(&peer).expect("remove");
-    let seen = wait_for(&a, Some(&peer), &[id]);
-    assert_eq!(seen[&id], Ok(()), "a transfer complete before the remove");
-    assert_eq!(a.backend_stats().connected_peers, 0);
+    // A caller cannot see a completion without polling for it, so the case waits after the
+    // bytes land for the completion to follow them. A slow build (a sanitizer) may need longer
+    // than a release build: a transfer reported removed is tried again with a longer wait, and
+    // only the last try's outcome fails the case.
+    let waits = [500, 2_000, 8_000].map(Duration::from_millis);
+    for (attempt, wait) in waits.iter().enumerate() {
+        if attempt > 0 {
+            connect(&a, "b", &b);
+        }
+        let block = attempt as u32;
+        let id = a.write_blocks(&peer, &[block], &[3]).expect("write");
+        crate::support::eventually("the bytes landed", || {
+            b.region().block(3).expect("block") == pattern(1, block, 4096)
+        });
+        std::thread::sleep(*wait);
+        a.remove_remote_peer(&peer).expect("remove");
+        let seen = wait_for(&a, Some(&peer), &[id]);
+        assert_eq!(a.backend_stats().connected_peers, 0);
+        if seen[&id].is_ok() || attempt + 1 == waits.len() {
+            assert_eq!(
+                seen[&id],
+                Ok(()),
+                "a transfer complete {wait:?} before the remove"
+            );
+            return;
+        }
+        eprintln!("remove: no completion {wait:?} after the bytes landed; trying a longer wait");
+    }
 }

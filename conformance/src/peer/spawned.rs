@@ -39,6 +39,8 @@ pub struct SpawnedPeer {
     /// }
     /// ```
     pub descriptor: PeerDescriptor,
+    /// What the peer is, for errors: backend and seed.
+    what: String,
 }
 
 impl SpawnedPeer {
@@ -129,6 +131,7 @@ impl SpawnedPeer {
             stdin,
             stdout,
             descriptor: PeerDescriptor::new("none", vec![], 0, 1, 1, ""),
+            what: format!("{backend} peer (seed {seed})"),
         };
         p.descriptor = p.reply()?.to_descriptor()?;
         Ok(p)
@@ -247,12 +250,46 @@ impl SpawnedPeer {
                 };
             }
             if Instant::now() > deadline {
+                // Where each of its threads waits, read before the kill, names the hang.
+                let threads = threads_waiting(self.pid());
                 let _ = self.child.kill();
-                return Err("peer did not exit".into());
+                return Err(format!(
+                    "the {} (pid {}) did not exit within 10 s of Quit; its threads: {threads}",
+                    self.what,
+                    self.pid()
+                ));
             }
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Each thread of process `pid` as `name (state, kernel wait channel)`, from `/proc`.
+fn threads_waiting(pid: u32) -> String {
+    let read = |path: String| std::fs::read_to_string(path).unwrap_or_default();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return "unknown (/proc unreadable)".into();
+    };
+    let mut threads: Vec<String> = tasks
+        .flatten()
+        .map(|task| {
+            let dir = task.path().display().to_string();
+            let stat = read(format!("{dir}/stat"));
+            // The state follows the parenthesised name.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').next())
+                .unwrap_or("?")
+                .to_owned();
+            format!(
+                "{} ({state}, {})",
+                read(format!("{dir}/comm")).trim_end(),
+                read(format!("{dir}/wchan"))
+            )
+        })
+        .collect();
+    threads.sort();
+    threads.join(", ")
 }
 
 impl Drop for SpawnedPeer {
@@ -261,5 +298,30 @@ impl Drop for SpawnedPeer {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::threads_waiting;
+
+    #[test]
+    fn threads_waiting_names_a_sleeping_thread() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::Builder::new()
+            .name("bw-probe".into())
+            .spawn(move || rx.recv())
+            .expect("spawn");
+        // The probe sleeps in `recv` once it has started; `/proc` shows it with state S.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut seen = threads_waiting(std::process::id());
+        while !seen.contains("bw-probe (S, ") {
+            assert!(std::time::Instant::now() < deadline, "not listed: {seen}");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            seen = threads_waiting(std::process::id());
+        }
+        drop(tx);
+        let _ = t.join();
+        assert_eq!(threads_waiting(u32::MAX), "unknown (/proc unreadable)");
     }
 }
