@@ -70,7 +70,9 @@
 //! distributions default to `never`), and otherwise maps 4 KiB pages, which copy slower. On a
 //! 2-core VM, across two processes with 256 KiB to 4 MiB blocks, three rounds each, minutes
 //! apart: `never` moved 22.2 to 29.3 GB/s (0.63 to 0.84 of the private-memory ceiling),
-//! `advise` 28.9 to 33.2 (0.80 to 0.91).
+//! `advise` 28.9 to 33.2 (0.80 to 0.91). Since a waiting caller copies too (`assist_bytes`),
+//! the two measured level on a later VM of the same kind (`never` 0.80 to 0.89, `advise` 0.72
+//! to 0.89, alternated: `docs/performance.md`).
 //!
 //! [`Region::from_raw_parts`]: https://docs.rs/blockwire
 //!
