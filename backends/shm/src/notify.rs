@@ -21,7 +21,9 @@ use parking_lot::Mutex;
 
 use crate::address::ShmAddress;
 
-/// How long the listener waits for a datagram before it checks whether to stop.
+/// How long the listener waits for a datagram before it checks whether to stop, should the
+/// socket's shutdown not wake it (`Listener::stop` shuts it down: on Linux a `recv` waiting
+/// on it returns at once).
 const LISTEN_TICK: Duration = Duration::from_millis(50);
 /// How long a send may wait for room in the peer's socket buffer.
 const SEND_WAIT: Duration = Duration::from_secs(1);
@@ -40,7 +42,9 @@ pub(crate) fn socket_addr(addr: &ShmAddress) -> io::Result<SocketAddr> {
 /// This backend's listening socket and the thread that drains it into the inbox.
 pub(crate) struct Listener {
     stop: Arc<AtomicBool>,
-    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The thread, and its socket to shut down: a close then waits microseconds for the
+    /// thread, not the rest of a tick.
+    thread: Mutex<Option<(JoinHandle<()>, UnixDatagram)>>,
 }
 
 impl Listener {
@@ -53,6 +57,9 @@ impl Listener {
         socket
             .set_read_timeout(Some(LISTEN_TICK))
             .map_err(|e| err("setting the notification socket's timeout", e))?;
+        let mine = socket
+            .try_clone()
+            .map_err(|e| err("cloning the notification socket", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = blockwire_core::kit::spawn("blockwire-shm-notify".into(), move || {
@@ -61,15 +68,21 @@ impl Listener {
         .map_err(|e| err("spawning the notification thread", e))?;
         Ok(Listener {
             stop,
-            thread: Mutex::new(Some(thread)),
+            thread: Mutex::new(Some((thread, mine))),
         })
     }
 
     /// Stops the thread and closes the socket (idempotent): later sends fail.
     pub(crate) fn stop(&self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(t) = self.thread.lock().take() {
-            let _ = t.join();
+        if let Some((thread, socket)) = self.thread.lock().take() {
+            // Wakes the thread's `recv` (it then sees `stop`); should it fail, the tick does.
+            // Meanwhile a sender gets `EPIPE`; once both descriptors are closed, the name is
+            // gone and a send is refused.
+            if let Err(e) = socket.shutdown(std::net::Shutdown::Read) {
+                tracing::debug!(error = %e, "shutting the notification socket down");
+            }
+            let _ = thread.join();
         }
     }
 }
@@ -85,6 +98,8 @@ fn listen(socket: UnixDatagram, inbox: Inbox, stop: Arc<AtomicBool>) {
     let mut buf = vec![0u8; MAX_FRAME + 1];
     while !stop.load(Ordering::SeqCst) {
         match socket.recv(&mut buf) {
+            // What a shut-down socket returns: `stop` wakes the thread so.
+            Ok(0) if stop.load(Ordering::SeqCst) => {}
             Ok(n) => {
                 inbox.deliver_frame(&buf[..n]);
             }
@@ -133,7 +148,12 @@ impl Outlet {
                 "notification datagram cut to {n} of {} bytes",
                 frame.len()
             ))),
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::ConnectionRefused | io::ErrorKind::BrokenPipe
+                ) =>
+            {
                 Err(FailureReason::RemoteDisconnect(format!(
                     "process {}: its notification socket is closed (its transport closed)",
                     proc.pid()
