@@ -102,3 +102,135 @@ fn a_caller_copies_nothing_larger_than_its_budget_or_assist_bytes() {
         }
     });
 }
+
+/// Opens an shm backend over `mem`, seen as blocks of `len`.
+///
+/// # Safety
+///
+/// `mem` must outlive the backend.
+unsafe fn open_over(mem: &mut [u8], len: usize, options: BackendOptions) -> ShmBackend {
+    let blocks = u32::try_from(mem.len() / len).expect("blocks");
+    let base = NonNull::new(mem.as_mut_ptr()).expect("non-null");
+    let span = RegionSpan::new(base, blocks, len).expect("span");
+    // SAFETY: the caller's contract: `mem` outlives the backend.
+    unsafe { ShmBackend::open(span, options) }.expect("open")
+}
+
+/// The descriptor of `b`, a backend over `mem` in blocks of `len`.
+fn descriptor(b: &ShmBackend, mem: &[u8], len: usize) -> PeerDescriptor {
+    let blocks = u32::try_from(mem.len() / len).expect("blocks");
+    PeerDescriptor::new(
+        "shm",
+        b.address(),
+        mem.as_ptr() as u64,
+        blocks,
+        len as u64,
+        "",
+    )
+}
+
+/// A byte of each 4 KiB of `mem`.
+fn sample(mem: &[u8]) -> Vec<u8> {
+    mem.iter().step_by(4096).copied().collect()
+}
+
+/// When a target was revoked, against the caller's copy into it.
+#[derive(Debug, PartialEq)]
+enum RevokedCopy {
+    /// Before the caller's copy began: nothing of it landed.
+    Before,
+    /// In the middle of it.
+    During,
+    /// After it ended.
+    After,
+}
+
+/// Backend `a`'s one copy thread is busy with a 64 MiB WRITE into its own region; a caller
+/// copies the 32 MiB WRITE to target `t` queued behind it (`assist`), and `t` is revoked
+/// (what its transport's close does) `delay` after that caller began. Checks that nothing
+/// lands in `t`'s memory after `revoke` returned, and that the caller's transfer failed as a
+/// remote disconnect unless it had ended before; returns when the revoke came.
+fn revoke_a_target_during_an_assisted_copy(delay: Duration) -> RevokedCopy {
+    const MIB: usize = 1 << 20;
+    let mut a_mem = vec![0u8; 160 * MIB];
+    a_mem[128 * MIB..].fill(0x5A);
+    let mut t_mem = vec![0u8; 32 * MIB];
+    let options = BackendOptions::new()
+        .with("copy_threads", "1")
+        .with("assist_bytes", (32 * MIB).to_string());
+    // SAFETY: both vectors outlive the backends, dropped (with every peer and transfer)
+    // before this function returns; neither is read while a copy may write it, but for the
+    // check below that nothing does after the revoke.
+    let (a, t) = unsafe {
+        (
+            open_over(&mut a_mem, MIB, options),
+            open_over(&mut t_mem, MIB, BackendOptions::new()),
+        )
+    };
+    let to_self = a.connect(&descriptor(&a, &a_mem, MIB)).expect("connect");
+    let to_t = a.connect(&descriptor(&t, &t_mem, MIB)).expect("connect");
+    let (from, to): (Vec<u32>, Vec<u32>) = ((0..64).collect(), (64..128).collect());
+    let mut large = a.post(&to_self, Op::Write, &from, &to).expect("post");
+    let from: Vec<u32> = (128..160).collect();
+    let mut xfer = a
+        .post(&to_t, Op::Write, &from, &(0..32).collect::<Vec<u32>>())
+        .expect("post");
+    let (landed_at_revoke, state) = std::thread::scope(|s| {
+        let caller = s.spawn(|| {
+            // The large transfer is first until the copy thread takes it, and larger than
+            // `assist_bytes`: the caller copies the one to `t`.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !a.assist(Duration::from_secs(10)) {
+                assert!(Instant::now() < deadline, "nothing to assist");
+            }
+        });
+        std::thread::sleep(delay);
+        t.revoke();
+        // Nothing writes `t_mem` any more (what this test checks). A byte of each 4 KiB,
+        // read in microseconds: a copy going on would outrun a whole copy of 32 MiB.
+        let landed = sample(&t_mem);
+        caller.join().expect("the caller");
+        (landed, a.state(&mut xfer))
+    });
+    assert!(
+        sample(&t_mem) == landed_at_revoke,
+        "bytes landed in the target after its revoke returned"
+    );
+    let revoked = match landed_at_revoke.iter().filter(|&&v| v == 0x5A).count() {
+        0 => RevokedCopy::Before,
+        n if n == landed_at_revoke.len() => RevokedCopy::After,
+        _ => RevokedCopy::During,
+    };
+    match (&revoked, &state) {
+        (RevokedCopy::After, XferState::Done) => {}
+        (_, XferState::Failed(why)) => assert!(why.is_remote_disconnect(), "failed as {why:?}"),
+        other => panic!("a transfer to a revoked target ended {other:?}"),
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while a.state(&mut large) == XferState::Running {
+        assert!(Instant::now() < deadline, "the large transfer never ended");
+        std::thread::yield_now();
+    }
+    assert!(a.release(large).is_ok() && a.release(xfer).is_ok());
+    a.disconnect(to_self);
+    a.disconnect(to_t);
+    drop((a, t));
+    revoked
+}
+
+#[test]
+fn a_target_revoked_during_a_callers_copy_gets_nothing_after() {
+    // The revoke should come in the middle of the caller's copy (about 3 ms here): a later
+    // try waits less when it came after, more when it came before.
+    let mut delay = Duration::from_millis(1);
+    for attempt in 1..=12 {
+        let revoked = revoke_a_target_during_an_assisted_copy(delay);
+        eprintln!("try {attempt}: the revoke {delay:?} after the caller began came {revoked:?}");
+        match revoked {
+            RevokedCopy::During => return,
+            RevokedCopy::Before => delay *= 2,
+            RevokedCopy::After => delay /= 2,
+        }
+    }
+    panic!("no revoke came in the middle of the caller's copy in 12 tries");
+}
