@@ -92,8 +92,12 @@ def test_errors_pickle_with_their_kind():
 
 def test_the_gil_is_released_while_close_waits():
     """close() waits for a large transfer to stop; a Python thread keeps running meanwhile."""
-    block_len = 4 << 20
-    a = blockwire.Transport(np.ones((16, block_len), np.uint8), close_timeout=10.0)
+    block_len = 8 << 20
+    # One chunk a transfer (its 16 blocks are one run of 128 MiB): close, which comes right
+    # after the copy threads began, waits for their chunks in progress (an shm close waits for
+    # nothing else: the transfers still queued stop at once).
+    opts = {"chunk_bytes": str(16 * block_len)}
+    a = blockwire.Transport(np.ones((16, block_len), np.uint8), options=opts, close_timeout=10.0)
     b = blockwire.Transport(np.zeros((16, block_len), np.uint8))
     a.add_remote_peer("b", b.descriptor())
     ticks = []
@@ -118,9 +122,9 @@ def test_the_gil_is_released_while_close_waits():
         stop.set()
         th.join()
         b.close()
-    if took < 0.02:
+    if took < 0.005:
         pytest.skip(f"close took {took * 1000:.1f} ms: too short to watch another thread run")
-    # While close ran (it had 512 MiB to let finish or stop), the other thread ran too.
+    # While close ran (it waited for chunks of 128 MiB), the other thread ran too.
     assert during > 0, f"no Python thread ran during a {took:.3f}s close"
 
 
