@@ -20,16 +20,15 @@ fn queued_behind_a_large_copy(
 ) {
     let mut mem = vec![0u8; BLOCKS as usize * LEN];
     mem[1010 * LEN..1011 * LEN].fill(0x5A);
-    let base = mem.as_mut_ptr();
-    let span = RegionSpan::new(NonNull::new(base).expect("non-null"), BLOCKS, LEN).expect("span");
     let options = BackendOptions::new()
         .with("copy_threads", "1")
         .with("assist_bytes", assist_bytes.to_string());
     // SAFETY: `mem` outlives the backend (dropped at the end of this function, before it) and
     // is read only after the transfers that write it ended.
-    let b = unsafe { ShmBackend::open(span, options) }.expect("open");
-    let desc = PeerDescriptor::new("shm", b.address(), base as u64, BLOCKS, LEN as u64, "");
-    let peer = b.connect(&desc).expect("connect to itself");
+    let b = unsafe { open_over(&mut mem, LEN, options) };
+    let peer = b
+        .connect(&descriptor(&b, &mem, LEN))
+        .expect("connect to itself");
     let (from, to): (Vec<u32>, Vec<u32>) = ((0..500).collect(), (500..1000).collect());
     let mut large = b
         .post(&peer, Op::Write, &from, &to)
