@@ -122,9 +122,13 @@ def test_cancel_wait_returns_running_ids_which_surface_later(setting):
     b = Node(setting, "b", num_blocks=48, block_len=block_len)
     a.connect(b, "b")
     seen_running = False
-    for attempt in range(5):
+    # A cancel right after the posts may find every transfer still queued (the data path's
+    # threads not yet awake), and stop them all: later tries give them longer to start.
+    delays = [0.0, 0.0002, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016]
+    for delay in delays:
         ids = [a.t.write_blocks("b", list(range(k, 48, 4)), list(range(k, 48, 4)))
                for k in range(4)]
+        time.sleep(delay)
         still = a.t.cancel(ids, mode="wait")
         assert set(still) <= set(ids)
         seen_running |= bool(still)
@@ -139,7 +143,8 @@ def test_cancel_wait_returns_running_ids_which_surface_later(setting):
             break
     if not seen_running:
         pytest.skip(
-            f"{setting.name} stopped every transfer within cancel('wait') in 5 tries: the "
+            f"{setting.name} stopped every transfer within cancel('wait') in {len(delays)} "
+            f"tries (cancelled 0 to {delays[-1] * 1000:.0f} ms after the posts): the "
             "still-running case is left to the Rust suite's fault injection"
         )
 
