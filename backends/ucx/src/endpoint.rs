@@ -1,5 +1,6 @@
-//! Closing a peer's endpoint: gracefully when the peer is disconnected, by force when the
-//! stall watchdog cuts it (`UcxBackend::fail_peer`).
+//! Letting a peer's endpoint go: kept for reuse when the peer is disconnected healthy
+//! (`crate::idle`), closed by force when it failed or the stall watchdog cuts it
+//! (`UcxBackend::fail_peer`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -7,10 +8,13 @@ use std::time::{Duration, Instant};
 
 use ucx_sys::*;
 
+use crate::idle::IdleEndpoint;
+use crate::peer::PeerHealth;
+use crate::worker::{Ucx, Worker};
 use crate::{UcxPeer, errors};
 
-/// Destroys the key, closes the endpoint (progressing until UCX is done with it, bounded),
-/// then frees the error-callback state.
+/// Destroys the key and lets the endpoint go: a healthy one is kept open for the next
+/// connection to the same worker (see `crate::idle`), a failed one is closed by force.
 pub(crate) fn close_peer(peer: UcxPeer) {
     if peer.link.why_cut().is_some() {
         let closed = peer.link.write().closed;
@@ -36,15 +40,54 @@ pub(crate) fn close_peer(peer: UcxPeer) {
         if !peer.rkey.is_null() {
             ucp_rkey_destroy(peer.rkey);
         }
-        // A healthy endpoint closes gracefully (UCX 1.13 asserts when a forced close races
-        // the endpoint's own wireup); a failed one is closed by force.
-        let failed = (*peer.health).status.load(Ordering::Acquire) != UCS_OK;
-        let params = ucp_request_param_t {
-            op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
-            flags: if failed { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
-            ..Default::default()
-        };
-        let request = ucp_ep_close_nbx(peer.ep, &params);
+    }
+    // SAFETY: `health` lives as long as the peer.
+    let failed = unsafe { &*peer.health }.status.load(Ordering::Acquire) != UCS_OK;
+    if failed {
+        // SAFETY: a live endpoint of this worker, released once with its state.
+        unsafe { close_endpoint(&peer.ucx, &worker, peer.ep, peer.health, true) };
+        return;
+    }
+    // Kept while the worker guard is held: a teardown waiting for it finds it there.
+    let evicted = peer.ucx.idle.put(IdleEndpoint {
+        worker_address: peer.worker_address,
+        ep: peer.ep,
+        health: peer.health,
+    });
+    if let Some(e) = evicted {
+        // Closed gracefully while healthy: UCX 1.13 asserts when a forced close races an
+        // endpoint's wireup, and a forced close would reset the peer's own registration of
+        // this transport.
+        let failed = !e.healthy();
+        // SAFETY: a live endpoint of this worker that no peer uses, released once with its
+        // state.
+        unsafe { close_endpoint(&peer.ucx, &worker, e.ep, e.health, failed) };
+    }
+}
+
+/// Closes an endpoint (by force when `force`: one that failed), progressing the worker until
+/// UCX is done with it (bounded), then frees its error-callback state, or keeps that with the
+/// worker when the close did not finish.
+///
+/// # Safety
+///
+/// `ep` is a live endpoint of `worker`, not used again; `health` is the `Arc` leaked for its
+/// error callback, released here once.
+pub(crate) unsafe fn close_endpoint(
+    ucx: &Ucx,
+    worker: &Worker<'_>,
+    ep: ucp_ep_h,
+    health: *const PeerHealth,
+    force: bool,
+) {
+    let params = ucp_request_param_t {
+        op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
+        flags: if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
+        ..Default::default()
+    };
+    // SAFETY: per this function's contract; the request is checked and freed once.
+    unsafe {
+        let request = ucp_ep_close_nbx(ep, &params);
         let mut closed = !UCS_PTR_IS_PTR(request);
         if !closed {
             let deadline = Instant::now() + Duration::from_secs(2);
@@ -54,12 +97,12 @@ pub(crate) fn close_peer(peer: UcxPeer) {
             closed = ucp_request_check_status(request) != UCS_INPROGRESS;
             ucp_request_free(request);
         }
-        let health = Arc::from_raw(peer.health);
+        let health = Arc::from_raw(health);
         if !closed {
             tracing::warn!(
                 "ucx endpoint close did not finish; its error state is kept with the worker"
             );
-            peer.ucx.keep(Box::new(health));
+            ucx.keep(Box::new(health));
         }
     }
 }

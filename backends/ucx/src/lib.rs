@@ -20,6 +20,12 @@
 //!   `peer_errors=false`); a dead peer's outstanding operations complete with an error, so its
 //!   transfers fail with the remote-disconnect reason, and later posts to it are refused at
 //!   once.
+//! - **Disconnect**: a healthy endpoint is not closed but kept, idle, and the next connection
+//!   to the same worker takes it again (a failed one is closed by force): UCX 1.13 destroys an
+//!   endpoint closed gracefully only with its worker while the peer lives, so every add and
+//!   remove of a live peer left a socket at both ends (or, over shared memory, 46 KB), and a
+//!   forced close resets the peer's own registration of this transport, which UCX pairs with
+//!   it on one connection. See `idle.rs`; `blockwire_conformance::churn` checks it.
 //! - **Posts never wait**: a put or get UCX cannot send at once goes on its own pending queue
 //!   (`ucp_put_nbx` does not report a lack of resources), so a post costs the CPU time of its
 //!   operations and never waits on the peer.
@@ -119,6 +125,7 @@
 mod address;
 mod endpoint;
 mod errors;
+mod idle;
 mod notify;
 mod peer;
 mod post;

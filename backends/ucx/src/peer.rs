@@ -4,15 +4,15 @@
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
 
 use blockwire_core::kit::{CuttableLink, Doorbell, LinkHold, Live, TransferCell};
 use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use ucx_sys::*;
 
 use crate::address::UcxAddress;
-use crate::endpoint::{ForceClose, close_peer, fail_posted, force_close};
-use crate::worker::Ucx;
+use crate::endpoint::{ForceClose, close_endpoint, close_peer, fail_posted, force_close};
+use crate::worker::{Ucx, Worker};
 use crate::{UcxBackend, errors, revoked};
 
 /// A connected peer: an endpoint and the unpacked remote key of its region.
@@ -25,6 +25,9 @@ pub struct UcxPeer {
     /// Set by the endpoint's error callback; owned through a raw `Arc` while the endpoint
     /// exists.
     pub(crate) health: *const PeerHealth,
+    /// The worker address the endpoint connects to, under which it is kept when the peer is
+    /// disconnected (`crate::idle`).
+    pub(crate) worker_address: Box<[u8]>,
     /// Posts hold it shared for their whole duration, so `fail_peer` never closes the
     /// endpoint under one; it also fails the transfers posted through it (UCX 1.13's forced
     /// close does not complete flushes already posted on the endpoint).
@@ -54,6 +57,15 @@ pub(crate) struct PeerHealth {
     /// Rung when the endpoint fails: a notification awaiting its acknowledgement then fails
     /// at its next check.
     pub(crate) doorbell: Doorbell,
+    /// No peer uses the endpoint (kept in `crate::idle`): its failure is no peer's news.
+    idle: AtomicBool,
+}
+
+impl PeerHealth {
+    /// Marks the endpoint kept idle, or taken again.
+    pub(crate) fn set_idle(&self, idle: bool) {
+        self.idle.store(idle, Ordering::Release);
+    }
 }
 
 impl UcxPeer {
@@ -91,15 +103,63 @@ impl UcxBackend {
         let addr = UcxAddress::from_bytes(&desc.address)?;
         addr.region.check(desc)?;
         let worker = self.ucx.worker().ok_or_else(revoked)?;
+        let (idle, failed) = self.ucx.idle.take(&addr.worker);
+        for e in failed {
+            // SAFETY: a live endpoint of this worker that no peer uses, released once with
+            // its state.
+            unsafe { close_endpoint(&self.ucx, &worker, e.ep, e.health, true) };
+        }
+        let (ep, health) = match idle {
+            Some(e) => {
+                tracing::debug!("ucx: the idle endpoint to this worker connects the peer");
+                (e.ep, e.health)
+            }
+            None => self.create_endpoint(&worker, &addr.worker)?,
+        };
+        let mut rkey: ucp_rkey_h = ptr::null_mut();
+        // SAFETY: a live endpoint and the packed key bytes from the descriptor.
+        let status = unsafe { ucp_ep_rkey_unpack(ep, addr.rkey.as_ptr().cast(), &mut rkey) };
+        let mut peer = UcxPeer {
+            ucx: self.ucx.clone(),
+            ep,
+            rkey,
+            base: desc.base_addr,
+            num_blocks: desc.num_blocks,
+            health,
+            worker_address: addr.worker.clone().into_boxed_slice(),
+            link: CuttableLink::new(ForcedClose::default()),
+            _live: self.counts.peer(),
+        };
+        drop(worker);
+        if status != UCS_OK {
+            peer.rkey = ptr::null_mut();
+            close_peer(peer);
+            let e = errors::error("ucp_ep_rkey_unpack", status);
+            return Err(BackendError::new(
+                BackendErrorKind::MalformedAddress,
+                e.message(),
+            ));
+        }
+        Ok(peer)
+    }
+
+    /// A new endpoint to the worker at `worker_address`, with the `Arc` leaked for its error
+    /// callback.
+    fn create_endpoint(
+        &self,
+        worker: &Worker<'_>,
+        worker_address: &[u8],
+    ) -> Result<(ucp_ep_h, *const PeerHealth), BackendError> {
         let health = Arc::into_raw(Arc::new(PeerHealth {
             status: AtomicI8::new(UCS_OK),
             doorbell: self.doorbell(),
+            idle: AtomicBool::new(false),
         }));
         let params = ucp_ep_params_t {
             field_mask: (UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
                 | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
                 | UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64,
-            address: addr.worker.as_ptr().cast(),
+            address: worker_address.as_ptr().cast(),
             err_mode: if self.peer_errors {
                 UCP_ERR_HANDLING_MODE_PEER
             } else {
@@ -124,30 +184,7 @@ impl UcxBackend {
                 e.message(),
             ));
         }
-        let mut rkey: ucp_rkey_h = ptr::null_mut();
-        // SAFETY: a live endpoint and the packed key bytes from the descriptor.
-        let status = unsafe { ucp_ep_rkey_unpack(ep, addr.rkey.as_ptr().cast(), &mut rkey) };
-        let mut peer = UcxPeer {
-            ucx: self.ucx.clone(),
-            ep,
-            rkey,
-            base: desc.base_addr,
-            num_blocks: desc.num_blocks,
-            health,
-            link: CuttableLink::new(ForcedClose::default()),
-            _live: self.counts.peer(),
-        };
-        drop(worker);
-        if status != UCS_OK {
-            peer.rkey = ptr::null_mut();
-            close_peer(peer);
-            let e = errors::error("ucp_ep_rkey_unpack", status);
-            return Err(BackendError::new(
-                BackendErrorKind::MalformedAddress,
-                e.message(),
-            ));
-        }
-        Ok(peer)
+        Ok((ep, health))
     }
 
     /// `Backend::fail_peer`: cuts the link (later posts refused) and closes the endpoint by
@@ -213,5 +250,9 @@ unsafe extern "C" fn endpoint_failed(arg: *mut c_void, _ep: ucp_ep_h, status: uc
     let health = unsafe { &*(arg as *const PeerHealth) };
     health.status.store(status, Ordering::Release);
     health.doorbell.ring();
-    tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
+    if health.idle.load(Ordering::Acquire) {
+        tracing::debug!(error = %status_string(status), "ucx: an idle endpoint's peer went away");
+    } else {
+        tracing::warn!(error = %status_string(status), "ucx endpoint failed (remote disconnect)");
+    }
 }

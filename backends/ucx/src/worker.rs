@@ -12,6 +12,7 @@ use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use ucx_sys::*;
 
 use crate::errors::{check, error};
+use crate::idle::IdleEndpoints;
 use crate::notify::Notifier;
 
 /// How the worker makes progress.
@@ -86,6 +87,8 @@ pub(crate) struct Ucx {
     /// What the worker's active-message handlers use (they hold its address): it outlives
     /// the worker, and is leaked with a worker left undestroyed.
     notifier: Arc<Notifier>,
+    /// Endpoints of disconnected peers, open for the next connection to their worker.
+    pub(crate) idle: IdleEndpoints,
 }
 
 /// Workers (and their contexts) left undestroyed ([`Ucx::abandon`]): kept here, reachable,
@@ -188,6 +191,7 @@ impl Ucx {
             abandoned: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
             notifier,
+            idle: IdleEndpoints::default(),
         };
         ucx.create_worker()?;
         let base = ucx.map_memory(memory)?;
@@ -383,6 +387,12 @@ impl Ucx {
                     .push((self.worker as usize, self.context as usize));
             } else {
                 ucp_worker_destroy(self.worker);
+            }
+            // The idle endpoints died with the worker (or stay in one never progressed
+            // again): no error callback runs any more, so their states are freed with the
+            // kept ones.
+            for idle in self.idle.drain() {
+                self.keep(Box::new(Arc::from_raw(idle.health)));
             }
             if unmap && !self.memh.is_null() {
                 let status = ucp_mem_unmap(self.context, self.memh);
