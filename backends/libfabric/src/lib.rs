@@ -55,7 +55,10 @@
 //!   transport's posting thread): so `add_remote_peer` takes microseconds (86 us median for
 //!   16 peers in the bench's scale mode, against 49 ms when it opened the endpoint), and a
 //!   first transfer right after the add waits for the open. With `endpoint_per_peer=false` posts go through the
-//!   receiving endpoint, adding a peer is one `fi_av_insert`, and nothing can be cut.
+//!   receiving endpoint, adding a peer is one `fi_av_insert`, and nothing can be cut. On
+//!   `shm` a removed peer's endpoint stays open, idle, for the next connection to the same
+//!   name: the peer's region keeps a slot for each endpoint that ever reached it, 256 at most,
+//!   so a new endpoint per add made a peer removed and added back 256 times unreachable.
 //! - **Cut** (`fail_peer`, the transport's stall watchdog): only where no byte can land in the
 //!   local region afterwards. On `tcp`/`net`, the peer's endpoint is closed, which closes its
 //!   connections (data arriving for them is refused by the kernel); `fi_av_remove` is no cut:
@@ -164,6 +167,7 @@ mod reap;
 mod recv;
 mod retry;
 
+pub use link::MAX_IDLE_ENDPOINTS;
 pub use open::provider_named;
 pub use reap::{ReapReport, reap_stale_shm_files};
 
@@ -423,6 +427,9 @@ impl Backend for OfiBackend {
 
     fn revoke(&self) {
         self.fabric.revoke();
+        // The idle peer endpoints (`shm`) close now, not when the backend is dropped, which a
+        // transfer held past close delays (and one released after this closes at once).
+        self.links.close_idle();
     }
 
     fn release(&self, xfer: OfiXfer) -> Result<(), OfiXfer> {

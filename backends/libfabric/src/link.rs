@@ -288,6 +288,32 @@ impl ReadTarget for Link {
     }
 }
 
+/// On the `shm` provider, how many endpoints of removed peers a backend keeps open, idle, for
+/// the next connection to the same peer (see the crate docs' **Endpoints**).
+///
+/// ```
+/// assert_eq!(blockwire_libfabric::MAX_IDLE_ENDPOINTS, 16);
+/// ```
+pub const MAX_IDLE_ENDPOINTS: usize = 16;
+
+/// Closes the idle peer endpoints (no peer uses them) whose peer is gone or whose link was
+/// cut, then as many more as exceed [`MAX_IDLE_ENDPOINTS`].
+fn trim_idle(by_name: &mut HashMap<Vec<u8>, Arc<Link>>) {
+    let idle: Vec<(Vec<u8>, bool)> = by_name
+        .iter()
+        .filter(|(_, l)| l.own_endpoint() && l.peers.load(Ordering::Acquire) == 0)
+        .map(|(name, l)| {
+            let stale = l.link.why_cut().is_some() || l.gone().is_some();
+            (name.clone(), stale)
+        })
+        .collect();
+    let (stale, live): (Vec<_>, Vec<_>) = idle.into_iter().partition(|(_, stale)| *stale);
+    let extra = live.len().saturating_sub(MAX_IDLE_ENDPOINTS);
+    for (name, _) in stale.iter().chain(live.iter().take(extra)) {
+        by_name.remove(name);
+    }
+}
+
 /// Every link by endpoint name.
 #[derive(Default)]
 pub(crate) struct Links {
@@ -306,7 +332,10 @@ impl Links {
         let mut by_name = self.by_name.lock();
         let previous = by_name.get(name).cloned();
         if let Some(link) = &previous {
-            if link.link.why_cut().is_none() {
+            // An idle one (kept on `shm`, see `release`) whose peer went away meanwhile is
+            // replaced: a new link refuses a peer that is gone.
+            let idle_and_gone = || link.peers.load(Ordering::Acquire) == 0 && link.gone().is_some();
+            if link.link.why_cut().is_none() && !idle_and_gone() {
                 link.peers.fetch_add(1, Ordering::AcqRel);
                 return Ok(link.clone());
             }
@@ -397,6 +426,13 @@ impl Links {
         }))
     }
 
+    /// Closes every idle peer endpoint (the backend is closing: no peer will take one again).
+    pub(crate) fn close_idle(&self) {
+        self.by_name
+            .lock()
+            .retain(|_, l| !(l.own_endpoint() && l.peers.load(Ordering::Acquire) == 0));
+    }
+
     /// A peer no longer uses `link`: the last one forgets it. A peer's own endpoint and
     /// address vector close with the link, once the last peer drops it; an entry in the
     /// backend's address vector is removed, except on `shm`.
@@ -406,11 +442,30 @@ impl Links {
             return;
         }
         link.remove_dead_peer_file();
-        if fabric.provider == "shm" && !link.own_endpoint() {
+        if fabric.provider == "shm" {
             // libfabric 1.17's shm provider breaks after fi_av_remove (a later connection
             // crashes in fi_cq_read or fi_av_insert, or its writes are never completed; found
             // by the model-based test), so entries of the backend's vector stay until the
-            // backend closes, for reuse.
+            // backend closes, for reuse. So does a peer's own endpoint, idle, for the next
+            // connection to the same name: the peer's region keeps a slot for every endpoint
+            // that ever reached it, 256 at most, so with a new endpoint per add, a peer
+            // removed and added back 256 times could no longer be reached (found by
+            // `blockwire_conformance::churn`). Idle endpoints of peers that are gone, or
+            // beyond [`MAX_IDLE_ENDPOINTS`], close (each keeps a 16 MiB file in /dev/shm).
+            if !link.own_endpoint() {
+                return;
+            }
+            if fabric.is_revoked() {
+                // Closed: no peer will take it again (see `close_idle`).
+                if by_name
+                    .get(&link.name)
+                    .is_some_and(|l| Arc::ptr_eq(l, link))
+                {
+                    by_name.remove(&link.name);
+                }
+            } else {
+                trim_idle(&mut by_name);
+            }
             return;
         }
         if by_name
