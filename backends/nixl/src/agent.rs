@@ -1,6 +1,6 @@
 //! The NIXL agent of a backend ([`Inner`]): its name, how it is set up and torn down.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use blockwire_core::kit::fence::FenceRef;
 use blockwire_core::{
@@ -43,11 +43,13 @@ pub(crate) struct Inner {
     pub(crate) name: String,
     /// The remote agents whose metadata is loaded, by name.
     pub(crate) remotes: HashMap<String, Remote>,
+    /// The loaded agents no connected peer uses, oldest first (see `Inner::disconnect`).
+    pub(crate) idle: VecDeque<String>,
 }
 
 /// A remote agent whose metadata is loaded.
 pub(crate) struct Remote {
-    /// How many connected peers use it.
+    /// How many connected peers use it (none: it is idle, see `Inner::disconnect`).
     pub(crate) peers: usize,
     /// The metadata loaded: another with the same name is refused while this one is in use.
     pub(crate) metadata: Vec<u8>,
@@ -110,6 +112,7 @@ impl Inner {
             scratch,
             _scratch_registration: scratch_registration,
             remotes: HashMap::new(),
+            idle: VecDeque::new(),
         };
         Ok((inner, address))
     }

@@ -29,6 +29,12 @@
 //!   own peer, and a peer that restarted under the same name is added again only after the
 //!   registration of its former self is removed (`remove_remote_peer`, then
 //!   `add_remote_peer`): while that one is connected, its metadata holds the name.
+//! - **Disconnect**: an agent's metadata stays loaded, idle, when its last peer is removed
+//!   (the 64 most recent such agents), and the next connection to it reuses it: unloading it
+//!   makes NIXL's UCX plugin close the agent's endpoints, which UCX 1.13 then keeps until the
+//!   worker goes, two file descriptors for every add and remove of a live agent (NIXL's
+//!   issue 2025 is this leak). An idle agent's metadata is replaced when an agent of that name
+//!   comes back with other metadata.
 //! - **State**: `get_xfer_status`; a transfer that finished inside the post is done. A status
 //!   check that fails (nixl-sys reports every NIXL error, a failed transfer's included, as a
 //!   failed check) is [`FailureReason::StateCheck`], which faults the peer. Every NIXL call is

@@ -126,7 +126,15 @@ impl Inner {
             return Err(namesake(addr.agent, Some(desc.address == own)));
         }
         let fresh = match self.remotes.get(addr.agent) {
-            Some(r) if r.metadata != addr.metadata => return Err(namesake(addr.agent, None)),
+            Some(r) if r.metadata != addr.metadata && r.peers > 0 => {
+                return Err(namesake(addr.agent, None));
+            }
+            Some(r) if r.metadata != addr.metadata => {
+                // Idle, from an agent of that name before (restarted): unloaded for this one.
+                self.unload(addr.agent);
+                self.load(addr.agent, addr.metadata)?;
+                true
+            }
             Some(_) => false,
             None => {
                 self.load(addr.agent, addr.metadata)?;
@@ -168,6 +176,8 @@ impl Inner {
                 metadata: addr.metadata.to_vec(),
             })
             .peers += 1;
+        // No longer idle (if it was).
+        self.idle.retain(|name| name != addr.agent);
         Ok(NixlPeer {
             remote: addr.agent.to_owned(),
             whole,
@@ -237,25 +247,43 @@ impl Inner {
         ))
     }
 
-    /// Releases the peer's list, and unloads its agent's metadata with its last peer.
+    /// Releases the peer's list. The agent's metadata stays loaded when its last peer goes,
+    /// idle, for the next connection to it: NIXL's UCX plugin closes an agent's endpoints
+    /// when its metadata is unloaded, and UCX 1.13 destroys an endpoint closed that way only
+    /// with its worker while the agent lives (see the ucx backend's `idle` module), so every
+    /// add and remove of a live agent left two file descriptors behind (found by
+    /// `blockwire_conformance::churn`; NIXL's issue 2025 is the same leak). At most
+    /// [`MAX_IDLE_AGENTS`] stay idle: the oldest beyond that is unloaded.
     pub(crate) fn disconnect(&mut self, peer: Departing) {
         let Departing { remote, blocks } = peer;
         drop(blocks);
-        let last = match self.remotes.get_mut(&remote) {
-            Some(r) if r.peers > 1 => {
-                r.peers -= 1;
-                false
-            }
-            _ => true,
+        let Some(r) = self.remotes.get_mut(&remote) else {
+            return;
         };
-        if last {
-            self.remotes.remove(&remote);
-            if let Err(e) = self.agent.invalidate_remote_md(&remote) {
-                tracing::debug!(%remote, error = %e, "unloading remote agent metadata");
+        r.peers = r.peers.saturating_sub(1);
+        if r.peers > 0 {
+            return;
+        }
+        self.idle.push_back(remote);
+        while self.idle.len() > MAX_IDLE_AGENTS {
+            if let Some(oldest) = self.idle.pop_front() {
+                self.unload(&oldest);
             }
         }
     }
+
+    /// Forgets agent `remote` and unloads its metadata.
+    fn unload(&mut self, remote: &str) {
+        self.remotes.remove(remote);
+        self.idle.retain(|name| name != remote);
+        if let Err(e) = self.agent.invalidate_remote_md(remote) {
+            tracing::debug!(%remote, error = %e, "unloading remote agent metadata");
+        }
+    }
 }
+
+/// How many loaded agents no peer uses stay loaded (see [`Inner::disconnect`]).
+pub(crate) const MAX_IDLE_AGENTS: usize = 64;
 
 /// One descriptor over `len` bytes at `base`.
 fn region_list(base: usize, len: usize) -> Result<XferDescList<'static>, BackendError> {
