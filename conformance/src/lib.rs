@@ -28,6 +28,7 @@
 //! cross-process tests, which open backends by name; the cases themselves know no backend.
 
 mod cases;
+pub mod churn;
 #[cfg(any(
     feature = "shm",
     feature = "ucx",

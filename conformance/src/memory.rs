@@ -11,11 +11,13 @@
 //! one completion after another, about 41 bytes per transfer, until the ring wraps; flat from
 //! there (measured to 2,000,000 transfers).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use blockwire::{PeerId, TransferId, Transport};
 use libtest_mimic::Trial;
 
+use crate::churn;
 use crate::fixture::{Fixture, Spec};
 use crate::support::{Outcomes, connect, open, record};
 
@@ -72,7 +74,7 @@ impl MemoryReport {
 }
 
 /// This process's resident set in bytes (`/proc/self/statm`).
-fn resident() -> Result<u64, String> {
+pub(crate) fn resident() -> Result<u64, String> {
     let statm = std::fs::read_to_string("/proc/self/statm").map_err(|e| e.to_string())?;
     let pages: u64 = statm
         .split_whitespace()
@@ -177,8 +179,12 @@ pub fn flat_over<F: Fixture>(fx: &F, warm_up: usize, n: usize) -> Result<MemoryR
 /// assert_eq!(t.name(), "memory::shm");
 /// ```
 pub fn trial<F: Fixture>(fx: F) -> Trial {
+    transfers_trial(Arc::new(fx))
+}
+
+fn transfers_trial<F: Fixture>(fx: Arc<F>) -> Trial {
     Trial::test(format!("memory::{}", fx.name()), move || {
-        let r = flat_over(&fx, WARM_UP, transfers(100_000))?;
+        let r = flat_over(&*fx, WARM_UP, transfers(100_000))?;
         eprintln!(
             "memory::{}: {} transfers after {WARM_UP} in {:.1} s, resident {} KiB after the \
              warm-up, {} KiB at the end, peak {} KiB ({:+.2} bytes per transfer); after each \
@@ -196,8 +202,48 @@ pub fn trial<F: Fixture>(fx: F) -> Trial {
     })
 }
 
-/// The `main` of a backend's `tests/memory.rs` (`harness = false`): one [`trial`] per
-/// fixture, run one after another (each measures the whole process), then exits.
+/// The `libtest` trial `memory::peer_churn::<fixture>`: [`churn::flat_over`] with
+/// [`churn::WARM_UP`] and [`CHURN_CYCLES_ENV`] cycles (500 by default), printing what it
+/// measured. Run trials one at a time (each measures the whole process).
+///
+/// ```
+/// use blockwire_conformance::{memory, Plain, Setting};
+/// let t = memory::churn_trial(Plain(Setting::<blockwire_shm::ShmBackend>::default()));
+/// assert_eq!(t.name(), "memory::peer_churn::shm");
+/// ```
+pub fn churn_trial<F: Fixture>(fx: F) -> Trial {
+    peer_churn_trial(Arc::new(fx))
+}
+
+/// The environment variable that sets how many add-and-remove cycles [`churn_trial`] runs.
+pub const CHURN_CYCLES_ENV: &str = "BLOCKWIRE_CHURN_CYCLES";
+
+fn peer_churn_trial<F: Fixture>(fx: Arc<F>) -> Trial {
+    Trial::test(format!("memory::peer_churn::{}", fx.name()), move || {
+        let cycles = std::env::var(CHURN_CYCLES_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(500);
+        let r = churn::flat_over(&*fx, churn::WARM_UP, cycles)?;
+        eprintln!(
+            "memory::peer_churn::{}: {} add-and-remove cycles of a live peer after {} in \
+             {:.1} s: open file descriptors {:?} and resident KiB {:?} after the warm-up, \
+             half-way and at the end",
+            fx.name(),
+            r.cycles,
+            churn::WARM_UP,
+            r.took.as_secs_f64(),
+            r.fds,
+            r.resident.map(|b| b / 1024),
+        );
+        Ok(())
+    })
+}
+
+/// The `main` of a backend's `tests/memory.rs` (`harness = false`): for each fixture, its
+/// [`trial`] and its [`churn_trial`], run one after another (each measures the whole
+/// process), then exits.
 ///
 /// ```no_run
 /// use blockwire_conformance::{Plain, Setting, memory};
@@ -207,6 +253,11 @@ pub fn main<F: Fixture>(fixtures: impl IntoIterator<Item = F>) -> ! {
     crate::init_tracing();
     let mut args = libtest_mimic::Arguments::from_args();
     args.test_threads = Some(1);
-    let trials = fixtures.into_iter().map(trial).collect();
+    let mut trials = Vec::new();
+    for fx in fixtures {
+        let fx = Arc::new(fx);
+        trials.push(transfers_trial(fx.clone()));
+        trials.push(peer_churn_trial(fx));
+    }
     libtest_mimic::run(&args, trials).exit()
 }
