@@ -71,7 +71,7 @@ impl IdleEndpoints {
         let found = all
             .iter()
             .position(|e| *e.worker_address == *worker_address)
-            .map(|i| all.swap_remove(i));
+            .map(|i| all.remove(i));
         if let Some(e) = &found {
             // SAFETY: as in `healthy`.
             unsafe { &*e.health }.set_idle(false);
