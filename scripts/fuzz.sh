@@ -95,6 +95,10 @@ for t in "${targets[@]}"; do
     new=$(find "$out" -type f | wc -l)
     if [ "$rc" -ne 0 ]; then
         tail -n 60 "$log"
+        # The tail is mostly the stack: the panic's message and what the libraries logged
+        # just before it (UCX's errors, for one) come first.
+        echo "-- what failed:"
+        grep -m 3 -B 3 -A 2 "panicked at\|ERROR: AddressSanitizer" "$log" || true
         echo "!! $t: exit status $rc (artifacts in fuzz/artifacts/$t/)"
         failed+=("$t")
         summary+=("$t: FAILED after ${execs:-?} executions")
