@@ -17,7 +17,7 @@ use blockwire::Transport;
 
 use crate::fixture::{Fixture, Spec};
 use crate::memory::{SLACK, resident};
-use crate::support::{Outcomes, open, record};
+use crate::support::{Outcomes, open, pattern, record};
 
 /// Add-and-remove cycles before the first sample (connections and caches a library makes
 /// once per peer worker).
@@ -105,7 +105,13 @@ pub fn flat_over<F: Fixture>(fx: &F, warm_up: usize, n: usize) -> Result<ChurnRe
         }
         a.add_remote_peer(&peer, &desc)
             .map_err(|e| format!("cycle {cycle}: add_remote_peer: {}", e.report()))?;
+        // Bytes of this cycle's own, checked where they land below: a connection reused
+        // from an earlier cycle must carry this registration's writes.
         let block = (cycle % 4) as u32;
+        let bytes = pattern(cycle as u8, block, spec.block_len);
+        a.region()
+            .write_block(block, &bytes)
+            .map_err(|e| e.report())?;
         let id = a
             .write_blocks(&peer, &[block], &[block])
             .map_err(|e| format!("cycle {cycle}: write_blocks: {}", e.report()))?;
@@ -123,6 +129,11 @@ pub fn flat_over<F: Fixture>(fx: &F, warm_up: usize, n: usize) -> Result<ChurnRe
         }
         if let Some(Err(why)) = seen.remove(&id) {
             return Err(format!("cycle {cycle}: the WRITE failed: {why}"));
+        }
+        if b.region().block(block).map_err(|e| e.report())? != bytes {
+            return Err(format!(
+                "cycle {cycle}: the WRITE reported done, its bytes not there"
+            ));
         }
         a.remove_remote_peer(&peer)
             .map_err(|e| format!("cycle {cycle}: remove_remote_peer: {}", e.report()))?;
