@@ -7,7 +7,7 @@ use blockwire_core::{BackendError, BackendErrorKind};
 use libfabric_sys::*;
 
 use crate::fabric::Fabric;
-use crate::post::{RmaOp, Verb};
+use crate::post::RmaOp;
 use crate::recv::MAX_FRAME;
 
 /// How a notification's delivery is known, from what the provider granted.
@@ -87,20 +87,9 @@ pub(crate) fn operations(
             frame.len()
         )));
     }
-    let send = RmaOp {
-        op: Verb::Send,
-        local: std::ptr::null_mut(),
-        len: frame.len(),
-        remote: 0,
-        key: 0,
-    };
-    let mut ops = vec![send];
+    let mut ops = vec![RmaOp::send(frame.len())];
     if carrier == Carrier::SendThenProbe {
-        ops.push(RmaOp {
-            op: Verb::Write,
-            len: 0,
-            ..probe
-        });
+        ops.push(probe);
     }
     Ok(ops)
 }

@@ -4,7 +4,10 @@
 use std::time::Duration;
 
 use blockwire_core::kit::LiveCounts;
-use blockwire_core::{BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend, RegionSpan};
+use blockwire_core::{
+    BackendError, BackendErrorKind, BackendOptions, DEFAULT_STALL_TIMEOUT, Error, OpenBackend,
+    RegionSpan,
+};
 use parking_lot::Mutex;
 
 use crate::fabric::{Fabric, Settings};
@@ -88,6 +91,13 @@ impl OpenBackend for OfiBackend {
         let endpoint_per_peer = options
             .take::<bool>("endpoint_per_peer")
             .map_err(open_err)?;
+        let runs_per_op = options.take::<usize>("runs_per_op").map_err(open_err)?;
+        if runs_per_op == Some(0) {
+            return Err(open_err(BackendError::new(
+                BackendErrorKind::InvalidOption,
+                "runs_per_op must be at least 1",
+            )));
+        }
         let reap_stale_files = options
             .take::<bool>("reap_stale_files")
             .map_err(open_err)?
@@ -109,6 +119,7 @@ impl OpenBackend for OfiBackend {
             wait_spin,
             endpoint_per_peer,
             inbox,
+            runs_per_op,
         };
         if reap_stale_files && settings.provider == "shm" {
             // Files of processes that died without closing their endpoints (and one left by
@@ -133,6 +144,31 @@ mod tests {
     use super::*;
     use blockwire_core::BackendErrorKind;
     use std::ptr::NonNull;
+
+    #[test]
+    fn runs_per_op_of_zero_is_refused() {
+        let mut mem = vec![0u8; 2 * 512];
+        let span =
+            RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("mem"), 2, 512).expect("span");
+        let open = |runs: &str| {
+            let options = BackendOptions::new()
+                .with("provider", "shm")
+                .with("runs_per_op", runs);
+            // SAFETY: `mem` outlives every backend opened here (each is dropped at once).
+            unsafe { OfiBackend::open(span, options) }.map(drop)
+        };
+        // More than the provider takes is its limit.
+        assert!(open("1000").is_ok());
+        let refused = open("0").expect_err("zero runs an operation");
+        assert!(
+            matches!(&refused, Error::Open { source, .. }
+                if source.kind() == BackendErrorKind::InvalidOption
+                    && source.message().contains("runs_per_op")),
+            "{}",
+            refused.report()
+        );
+        drop(mem);
+    }
 
     #[test]
     fn a_wait_spin_over_a_second_is_refused() {

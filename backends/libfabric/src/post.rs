@@ -1,66 +1,20 @@
-//! Posting the operations of one transfer: RMA (one per run of adjacent blocks) and a notification's send
-//! (`crate::notify`), in order, those the provider refused for now queued for the retry
-//! thread (`crate::retry`).
+//! Posting the operations of one transfer: RMA (each up to `crate::op::MAX_PARTS` runs of
+//! adjacent blocks, `crate::op`) and a notification's send (`crate::notify`), in order, those
+//! the provider refused for now queued for the retry thread (`crate::retry`).
 
 use std::ffi::c_void;
-use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use blockwire_core::{BackendError, BackendErrorKind, FailureReason, Op};
+use blockwire_core::{BackendError, BackendErrorKind, FailureReason};
 use libfabric_sys::*;
 
 use crate::completion::{OpContext, Transfer};
 use crate::errors::{self, EAGAIN};
 use crate::fabric::Fabric;
 use crate::link::{Link, Route};
-
-/// What one operation does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Verb {
-    /// `fi_writemsg` with `FI_DELIVERY_COMPLETE`.
-    Write,
-    /// `fi_readmsg`.
-    Read,
-    /// `fi_sendmsg` of the transfer's payload with `FI_DELIVERY_COMPLETE`.
-    Send,
-}
-
-impl From<Op> for Verb {
-    fn from(op: Op) -> Self {
-        match op {
-            Op::Write => Verb::Write,
-            Op::Read => Verb::Read,
-        }
-    }
-}
-
-impl fmt::Display for Verb {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Verb::Write => "WRITE",
-            Verb::Read => "READ",
-            Verb::Send => "a notification",
-        })
-    }
-}
-
-/// One operation of a transfer: one run of blocks' RMA, or the send of the transfer's payload.
-#[derive(Clone, Copy)]
-pub(crate) struct RmaOp {
-    pub(crate) op: Verb,
-    /// The run's first local block (unused by a send, which reads [`Transfer::payload`]).
-    pub(crate) local: *mut u8,
-    pub(crate) len: usize,
-    /// The run's first remote block, as the provider addresses it (virtual address or offset).
-    pub(crate) remote: u64,
-    pub(crate) key: u64,
-}
-
-// SAFETY: `local` is an address in the backend's registered region, valid until the backend
-// is dropped, which happens only after every transfer (and so every queued operation) is
-// released; the op is only data.
-unsafe impl Send for RmaOp {}
+use crate::op::MAX_PARTS;
+pub(crate) use crate::op::{RmaOp, Verb};
 
 /// Posts `op` to the peer along `route` as part of `transfer`. Returns libfabric's result: 0 when posted (the
 /// transfer then counts it pending until its completion).
@@ -68,9 +22,9 @@ unsafe impl Send for RmaOp {}
 /// # Safety
 ///
 /// `route.ep` is a live endpoint whose address vector holds `route.addr`; `desc` is the local
-/// registration's descriptor; `op.local` lies in the registered region for `op.len` bytes,
-/// which stays valid until the transfer is released; the remote range lies inside the peer's
-/// registered region. A send needs no local descriptor (the backend carries notifications
+/// registration's descriptor; each of `op`'s parts lies in the registered region, which stays
+/// valid until the transfer is released, and its remote range inside the peer's registered
+/// region. A send needs no local descriptor (the backend carries notifications
 /// only where the provider does not require `FI_MR_LOCAL`).
 pub(crate) unsafe fn post_one(
     route: &Route<'_>,
@@ -102,23 +56,15 @@ pub(crate) unsafe fn post_one(
         // closed); the provider only reads it. `msg` lives through the call.
         unsafe { fi_sendmsg(ep, &msg, delivery) }
     } else {
-        let iov = iovec {
-            iov_base: op.local.cast(),
-            iov_len: op.len,
-        };
-        let mut desc = [desc];
-        let rma = fi_rma_iov {
-            addr: op.remote,
-            len: op.len,
-            key: op.key,
-        };
+        let (iov, rma, count) = op.lists();
+        let mut desc = [desc; MAX_PARTS];
         let msg = fi_msg_rma {
-            msg_iov: &iov,
+            msg_iov: iov.as_ptr(),
             desc: desc.as_mut_ptr(),
-            iov_count: 1,
+            iov_count: count,
             addr,
-            rma_iov: &rma,
-            rma_iov_count: 1,
+            rma_iov: rma.as_ptr(),
+            rma_iov_count: count,
             context: context.cast::<c_void>(),
             data: 0,
         };

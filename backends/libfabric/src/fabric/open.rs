@@ -16,6 +16,7 @@ use crate::cq::{PeerQueues, Raw, poll_main};
 use crate::errors::{check, error};
 use crate::local;
 use crate::notify::Carrier;
+use crate::op::MAX_PARTS;
 use crate::recv::RecvPool;
 use crate::retry::{MainPost, Retries};
 
@@ -34,7 +35,7 @@ impl Fabric {
         // gets the live objects the steps before it opened and stores what it opens in `f`.
         unsafe {
             f.chosen = choose_domain(f.info, settings)?;
-            f.describe();
+            f.describe(settings);
             f.open_endpoint(settings)?;
             f.register(span)?;
             f.post_receives(settings);
@@ -67,6 +68,8 @@ impl Fabric {
             key: 0,
             virt: false,
             max_run_bytes: kit::DEFAULT_MAX_RUN_BYTES,
+            runs_per_write: 1,
+            runs_per_read: 1,
             name: Vec::new(),
             provider: String::new(),
             attributes: String::new(),
@@ -83,12 +86,12 @@ impl Fabric {
     }
 
     /// Records what the chosen entry grants: the provider, how remote addresses are given,
-    /// and the attributes in words.
+    /// how many runs an operation carries, and the attributes in words.
     ///
     /// # Safety
     ///
     /// `self.chosen` is a live entry of `self.info`.
-    unsafe fn describe(&mut self) {
+    unsafe fn describe(&mut self, settings: &Settings) {
         let info = self.chosen;
         // SAFETY: per this function's contract; the strings are the provider's, NUL-terminated.
         unsafe {
@@ -103,6 +106,17 @@ impl Fabric {
             if max_msg > 0 {
                 self.max_run_bytes = self.max_run_bytes.min(max_msg);
             }
+            // The provider's limits on one operation's local and remote lists (1 where it
+            // leaves them unset).
+            let limit = (*info).tx_attr.as_ref().map_or(1, |tx| {
+                tx.iov_limit.min(tx.rma_iov_limit).clamp(1, MAX_PARTS)
+            });
+            self.runs_per_write = settings.runs_per_op.map_or(limit, |n| n.clamp(1, limit));
+            self.runs_per_read = if self.provider == "shm" {
+                1
+            } else {
+                self.runs_per_write
+            };
             self.carrier = Carrier::of(info, &self.provider);
             let named = [
                 (FI_MR_LOCAL, "FI_MR_LOCAL"),
@@ -124,12 +138,14 @@ impl Fabric {
             };
             self.attributes = format!(
                 "provider {}, domain {}, mr_mode [{}], data progress {}, control progress {}, \
-                 max_msg_size {max_msg}, notifications {}",
+                 max_msg_size {max_msg}, runs per WRITE {} and READ {}, notifications {}",
                 self.provider,
                 CStr::from_ptr((*(*info).domain_attr).name).to_string_lossy(),
                 flags.join(" "),
                 progress((*(*info).domain_attr).data_progress),
                 progress((*(*info).domain_attr).control_progress),
+                self.runs_per_write,
+                self.runs_per_read,
                 Carrier::describe(self.carrier),
             );
         }

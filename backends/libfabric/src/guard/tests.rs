@@ -2,6 +2,7 @@
 //! close sees it, and a target's close as a guard sees it.
 
 use super::*;
+use crate::op::Part;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -61,13 +62,12 @@ fn hold_exclusive(file: &File) {
 }
 
 fn op(op: Verb, len: usize) -> RmaOp {
-    RmaOp {
-        op,
+    let part = Part {
         local: std::ptr::null_mut(),
-        len,
         remote: 0,
-        key: 0,
-    }
+        len,
+    };
+    RmaOp::single(op, part, 0)
 }
 
 #[test]
