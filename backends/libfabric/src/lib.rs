@@ -7,9 +7,11 @@
 //!   completion; the provider's `mr_mode` is honoured: local descriptors (`FI_MR_LOCAL`),
 //!   virtual addresses or offsets (`FI_MR_VIRT_ADDR`), provider keys (`FI_MR_PROV_KEY`),
 //!   registrations bound to the endpoint (`FI_MR_ENDPOINT`).
-//! - **Registration**: one `fi_mr_reg` of the whole region (`FI_REMOTE_WRITE | FI_REMOTE_READ`);
-//!   its key, the addressing mode and the endpoint name go in the descriptor. Adding a peer is
-//!   one `fi_av_insert`.
+//! - **Registration**: one `fi_mr_reg` of the whole region (`FI_REMOTE_WRITE | FI_REMOTE_READ`),
+//!   with a random key where the provider lets the caller choose (`tcp`, `shm`), so a peer's
+//!   descriptor of a closed transport reaches no later one at the same endpoint address; its
+//!   key, the addressing mode and the endpoint name go in the descriptor. Adding a peer is one
+//!   `fi_av_insert`.
 //! - **Transfers**: runs of blocks adjacent on both sides (`kit::checked_runs`; a scattered
 //!   block is a run of one), up to `runs_per_op` of them (the provider's iovec limits: 4 on
 //!   `shm` and `tcp`) and the endpoint's `max_msg_size` (at most 1 MiB) joined in one

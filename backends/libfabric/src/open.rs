@@ -145,6 +145,40 @@ mod tests {
     use blockwire_core::BackendErrorKind;
     use std::ptr::NonNull;
 
+    /// Two transports opened one after the other, over regions alike, register with keys of
+    /// their own: a descriptor of the first names nothing in the second (`fresh_key`).
+    #[test]
+    fn each_registration_has_a_key_of_its_own() {
+        for provider in ["tcp", "shm"] {
+            let keys: Vec<(u64, bool)> = (0..3)
+                .map(|_| {
+                    let mut mem = vec![0u8; 2 * 512];
+                    let span =
+                        RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("mem"), 2, 512)
+                            .expect("span");
+                    let mut options = BackendOptions::new().with("provider", provider);
+                    if provider == "tcp" {
+                        options = options.with("domain", "lo");
+                    }
+                    // SAFETY: `mem` outlives the backend, dropped before it.
+                    let b = unsafe { OfiBackend::open(span, options) }.expect("open");
+                    let key = (b.fabric.key, b.attributes().contains("FI_MR_PROV_KEY"));
+                    drop(b);
+                    drop(mem);
+                    key
+                })
+                .collect();
+            assert!(
+                keys.iter().all(|(_, prov)| !prov),
+                "{provider}: the provider chose the keys: {keys:?}"
+            );
+            assert!(
+                keys[0].0 != keys[1].0 && keys[1].0 != keys[2].0 && keys[0].0 != keys[2].0,
+                "{provider}: keys {keys:?}"
+            );
+        }
+    }
+
     #[test]
     fn runs_per_op_of_zero_is_refused() {
         let mut mem = vec![0u8; 2 * 512];

@@ -68,6 +68,8 @@ impl Fabric {
             key: 0,
             virt: false,
             max_run_bytes: kit::DEFAULT_MAX_RUN_BYTES,
+            prov_key: true,
+            key_bytes: 8,
             runs_per_write: 1,
             runs_per_read: 1,
             name: Vec::new(),
@@ -101,6 +103,8 @@ impl Fabric {
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
             self.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
             self.mr_endpoint = mr_mode & FI_MR_ENDPOINT != 0;
+            self.prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC;
+            self.key_bytes = (*(*info).domain_attr).mr_key_size;
             // 0 where a provider leaves it unset: then only the kit's bound applies.
             let max_msg = (*info).ep_attr.as_ref().map_or(0, |ep| ep.max_msg_size);
             if max_msg > 0 {
@@ -248,6 +252,11 @@ impl Fabric {
     /// The domain and endpoint are open; `span` stays valid until `self` is dropped.
     unsafe fn register(&mut self, span: RegionSpan) -> Result<(), BackendError> {
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
+        let requested = if self.prov_key {
+            0
+        } else {
+            fresh_key(self.key_bytes)
+        };
         // SAFETY: per this function's contract; the registration is closed by Drop or revoke.
         unsafe {
             check(
@@ -258,7 +267,7 @@ impl Fabric {
                     span.len(),
                     access,
                     0,
-                    0,
+                    requested,
                     0,
                     &mut self.mr,
                     ptr::null_mut(),
@@ -356,6 +365,33 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
         return Err(BackendError::other("out of memory"));
     }
     Ok(dup)
+}
+
+/// A registration key no earlier registration is likely to have had: random bits, as many as
+/// the provider's keys hold (`key_bytes`; all 64 where it says 0 or more). Used wherever the
+/// provider lets the application choose keys (no `FI_MR_PROV_KEY`: `tcp;ofi_rxm` and `shm`
+/// here).
+///
+/// With a key every registration shares (0, as this backend asked before) a peer's
+/// descriptor of a closed transport names the region of any transport that took its endpoint
+/// address since (a TCP port the kernel handed out again, in this process or a new one): its
+/// WRITEs land there, at the same offsets, and are reported done. With a key of its own a
+/// registration refuses them (the key is unknown there) and the operation fails.
+fn fresh_key(key_bytes: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // Each `RandomState` is seeded from the OS's randomness (once a thread, then counted on);
+    // the clock and the process tell apart two states seeded alike.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    h.write_u128(now);
+    h.write_u32(std::process::id());
+    let bits = h.finish();
+    match key_bytes {
+        1..=7 => bits & ((1u64 << (8 * key_bytes)) - 1),
+        _ => bits,
+    }
 }
 
 /// Asks `fi_getinfo` for RDM endpoints with RMA (and messages, with `msg`) and delivery
