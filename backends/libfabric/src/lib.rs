@@ -22,9 +22,10 @@
 //!   KiB one an operation went one at a time, 0.03 GB/s (the provider's protocol for a WRITE
 //!   of at most 4 KiB holds every other command to that peer until the target took it), four
 //!   an operation 0.97; over `tcp`, joining took 4 KiB WRITEs from 0.52 to 0.98 GB/s and 256
-//!   KiB READs from 2.86 to 4.29 (one bench run each, 16 blocks a transfer, 4 in flight). Completions are read from the
-//!   completion queue and routed to their transfer through the operation context; an error
-//!   completion (`fi_cq_readerr`) fails the transfer with the provider's message.
+//!   KiB READs from 2.86 to 4.29 (one bench run each, 16 blocks a transfer, 4 in flight).
+//!   Completions are read from the completion queue and routed to their transfer through the
+//!   operation context; an error completion (`fi_cq_readerr`) fails the transfer with the
+//!   provider's message.
 //! - **Progress**: `tcp`, `net` and `shm` use manual data progress, so a thread of the backend
 //!   drives it: a passive peer that never polls still receives writes. Where the provider
 //!   gives the completion queue a wait object (`tcp`, `net`), the thread blocks in
