@@ -6,7 +6,8 @@
 //! the descriptor names. So a WRITE through such a descriptor is copied by the new transport's
 //! worker to the closed transport's region address: here, memory the caller still holds, so the
 //! bytes land there and the WRITE is reported done; in another process, into whatever that
-//! process mapped at the address, or a crash where it mapped nothing. A fix needs the target
+//! process mapped at the address, or a crash where it mapped nothing. With no worker at the
+//! port nothing lands and the WRITE is not done (checked by hand): the new worker serves it. A fix needs the target
 //! to prove it is the registration the descriptor names before the first put (a handshake
 //! the backend does not have). `UCX_TCP_PORT_RANGE` makes the new worker take the old one's
 //! port; in this test binary alone, as it is read at each open. Run it with `--ignored`.
