@@ -56,6 +56,7 @@ pub mod notify_across;
     feature = "nixl"
 ))]
 pub mod peer;
+pub mod stale;
 mod support;
 #[cfg(any(
     feature = "shm",

@@ -179,25 +179,23 @@ mod tests {
         }
     }
 
-    #[test]
-    fn runs_per_op_of_zero_is_refused() {
+    /// Opens with `options` plus `key=ok` (accepted), then with `key=bad`: refused as an
+    /// invalid option that names the key.
+    fn accepts_then_refuses(options: BackendOptions, key: &str, ok: &str, bad: &str) {
         let mut mem = vec![0u8; 2 * 512];
         let span =
             RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("mem"), 2, 512).expect("span");
-        let open = |runs: &str| {
-            let options = BackendOptions::new()
-                .with("provider", "shm")
-                .with("runs_per_op", runs);
+        let open = |value: &str| {
+            let options = options.clone().with(key, value);
             // SAFETY: `mem` outlives every backend opened here (each is dropped at once).
             unsafe { OfiBackend::open(span, options) }.map(drop)
         };
-        // More than the provider takes is its limit.
-        assert!(open("1000").is_ok());
-        let refused = open("0").expect_err("zero runs an operation");
+        assert!(open(ok).is_ok(), "{key}={ok}");
+        let refused = open(bad).expect_err(bad);
         assert!(
             matches!(&refused, Error::Open { source, .. }
                 if source.kind() == BackendErrorKind::InvalidOption
-                    && source.message().contains("runs_per_op")),
+                    && source.message().contains(key)),
             "{}",
             refused.report()
         );
@@ -205,27 +203,17 @@ mod tests {
     }
 
     #[test]
+    fn runs_per_op_of_zero_is_refused() {
+        // More than the provider takes is its limit.
+        let shm = BackendOptions::new().with("provider", "shm");
+        accepts_then_refuses(shm, "runs_per_op", "1000", "0");
+    }
+
+    #[test]
     fn a_wait_spin_over_a_second_is_refused() {
-        let mut mem = vec![0u8; 2 * 512];
-        let span =
-            RegionSpan::new(NonNull::new(mem.as_mut_ptr()).expect("mem"), 2, 512).expect("span");
-        let open = |spin: &str| {
-            let options = BackendOptions::new()
-                .with("provider", "tcp")
-                .with("domain", "lo")
-                .with("wait_spin_us", spin);
-            // SAFETY: `mem` outlives every backend opened here (each is dropped at once).
-            unsafe { OfiBackend::open(span, options) }.map(drop)
-        };
-        assert!(open("1000000").is_ok());
-        let refused = open("1000001").expect_err("over a second");
-        assert!(
-            matches!(&refused, Error::Open { source, .. }
-                if source.kind() == BackendErrorKind::InvalidOption
-                    && source.message().contains("wait_spin_us")),
-            "{}",
-            refused.report()
-        );
-        drop(mem);
+        let tcp = BackendOptions::new()
+            .with("provider", "tcp")
+            .with("domain", "lo");
+        accepts_then_refuses(tcp, "wait_spin_us", "1000000", "1000001");
     }
 }
