@@ -19,16 +19,26 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub fn unique_name() -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    // RandomState is seeded from the OS per process (and varies per instance); the count is
-    // hashed in so that no two names of one process share the random part.
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u64(n);
-    let random = hasher.finish();
+    let random = random_u64();
     format!(
         "bw-{}-{}-{n}-{random:016x}",
         host_label(),
         std::process::id()
     )
+}
+
+/// 64 random bits, different at each call (but by chance). Not for secrets: std's
+/// `RandomState` is seeded from the OS per process (and varies per instance), and a
+/// process-wide count is hashed in, so no two calls of one process share them.
+///
+/// ```
+/// assert_ne!(blockwire_core::kit::random_u64(), blockwire_core::kit::random_u64());
+/// ```
+pub fn random_u64() -> u64 {
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    hasher.finish()
 }
 
 /// This host's name, as far as it is plain (`[A-Za-z0-9.-]`, at most 32 bytes); `host` when

@@ -89,11 +89,6 @@ pub(crate) struct Fabric {
     waitable: bool,
     /// Registrations are bound to an endpoint (`FI_MR_ENDPOINT`).
     pub(crate) mr_endpoint: bool,
-    /// The provider chooses registration keys (`FI_MR_PROV_KEY`); else the backend asks for a
-    /// random one (`fresh_key` in `open.rs`).
-    prov_key: bool,
-    /// How many bytes the provider's keys hold (`mr_key_size`).
-    key_bytes: usize,
     /// See `Settings::endpoint_per_peer`.
     pub(crate) endpoint_per_peer: bool,
     /// The completion queues of the peers' own endpoints, read by the progress thread too.

@@ -68,8 +68,6 @@ impl Fabric {
             key: 0,
             virt: false,
             max_run_bytes: kit::DEFAULT_MAX_RUN_BYTES,
-            prov_key: true,
-            key_bytes: 8,
             runs_per_write: 1,
             runs_per_read: 1,
             name: Vec::new(),
@@ -103,8 +101,6 @@ impl Fabric {
             let mr_mode = (*(*info).domain_attr).mr_mode as u32;
             self.virt = mr_mode & FI_MR_VIRT_ADDR != 0 || mr_mode == FI_MR_BASIC;
             self.mr_endpoint = mr_mode & FI_MR_ENDPOINT != 0;
-            self.prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC;
-            self.key_bytes = (*(*info).domain_attr).mr_key_size;
             // 0 where a provider leaves it unset: then only the kit's bound applies.
             let max_msg = (*info).ep_attr.as_ref().map_or(0, |ep| ep.max_msg_size);
             if max_msg > 0 {
@@ -249,14 +245,18 @@ impl Fabric {
     ///
     /// # Safety
     ///
-    /// The domain and endpoint are open; `span` stays valid until `self` is dropped.
+    /// The domain and endpoint are open (`self.chosen` is the entry they were opened from);
+    /// `span` stays valid until `self` is dropped.
     unsafe fn register(&mut self, span: RegionSpan) -> Result<(), BackendError> {
         let access = (FI_READ | FI_WRITE | FI_REMOTE_READ | FI_REMOTE_WRITE) as u64;
-        let requested = if self.prov_key {
-            0
-        } else {
-            fresh_key(self.key_bytes)
+        // SAFETY: `self.chosen` is a live entry of `self.info` (this function's contract).
+        let (mr_mode, key_bytes) = unsafe {
+            let domain = &*(*self.chosen).domain_attr;
+            (domain.mr_mode as u32, domain.mr_key_size)
         };
+        // Where the provider chooses keys it ignores the request.
+        let prov_key = mr_mode & FI_MR_PROV_KEY != 0 || mr_mode == FI_MR_BASIC;
+        let requested = if prov_key { 0 } else { fresh_key(key_bytes) };
         // SAFETY: per this function's contract; the registration is closed by Drop or revoke.
         unsafe {
             check(
@@ -368,7 +368,7 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
 }
 
 /// A registration key no earlier registration is likely to have had: random bits, as many as
-/// the provider's keys hold (`key_bytes`; all 64 where it says 0 or more). Used wherever the
+/// the provider's keys hold (`key_bytes`; all 64 where it says 0, or 8 or more). Used wherever the
 /// provider lets the application choose keys (no `FI_MR_PROV_KEY`: `tcp;ofi_rxm` and `shm`
 /// here).
 ///
@@ -378,16 +378,7 @@ fn c_string(s: &str) -> Result<*mut libc::c_char, BackendError> {
 /// WRITEs land there, at the same offsets, and are reported done. With a key of its own a
 /// registration refuses them (the key is unknown there) and the operation fails.
 fn fresh_key(key_bytes: usize) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    // Each `RandomState` is seeded from the OS's randomness (once a thread, then counted on);
-    // the clock and the process tell apart two states seeded alike.
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos());
-    h.write_u128(now);
-    h.write_u32(std::process::id());
-    let bits = h.finish();
+    let bits = kit::random_u64();
     match key_bytes {
         1..=7 => bits & ((1u64 << (8 * key_bytes)) - 1),
         _ => bits,

@@ -38,6 +38,7 @@ mod progress;
 mod runs;
 mod thread;
 
+pub use crate::name::random_u64;
 pub use address::{AddressReader, AddressWriter, SEAL_LEN};
 pub use cell::TransferCell;
 pub use doorbell::Doorbell;
