@@ -1,7 +1,8 @@
 //! A peer's descriptor of a closed transport whose TCP port a new transport took.
 //!
-//! Known bug, not fixed, as in the ucx backend (`backends/ucx/tests/stale_address.rs`): over
-//! TCP, NIXL's UCX plugin connects to whichever worker now listens at the address the agent
+//! Known bug, not fixed; the ucx backend had it until its connect checked the identity of the
+//! worker it reached (`backends/ucx/tests/stale_address.rs`), which needs a message NIXL's
+//! plugin would answer: over TCP, NIXL's UCX plugin connects to whichever worker now listens at the address the agent
 //! metadata names, and UCX emulates puts with active messages that the worker serves by
 //! copying to the address the message names. A WRITE through such a descriptor is copied by
 //! the new transport's worker to the closed transport's region address: here, memory the

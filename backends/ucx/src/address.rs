@@ -1,10 +1,12 @@
 //! The ucx backend's address bytes: the UCP worker address, the packed remote key of the
-//! whole region, and the region that key covers, sealed ([`AddressWriter::sealed`]).
+//! whole region, the worker's identity (the random number its handler answers a connect's
+//! check with, `crate::notify::hello`) and whether it answers, and the region the key covers
+//! (last, as in every backend's address), sealed ([`AddressWriter::sealed`]).
 
 use blockwire_core::kit::{AddressReader, AddressWriter};
 use blockwire_core::{BackendError, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"UCX3";
+const MAGIC: &[u8; 4] = b"UCX4";
 /// Bound on each part, far above what UCX produces (a few hundred bytes).
 const MAX_PART: usize = 1 << 20;
 
@@ -15,6 +17,13 @@ pub(crate) struct UcxAddress {
     pub(crate) rkey: Vec<u8>,
     /// What `rkey` was packed for.
     pub(crate) region: RegisteredRegion,
+    /// The worker's identity: connect checks that the worker at `worker` has it before the
+    /// first put, so a descriptor of a closed transport whose address another worker took
+    /// moves nothing.
+    pub(crate) identity: u64,
+    /// The worker answers that check unprompted (its backend has a progress thread); one
+    /// that progresses only when its caller polls (`progress=caller`) is not checked.
+    pub(crate) answers: bool,
 }
 
 impl UcxAddress {
@@ -22,6 +31,8 @@ impl UcxAddress {
         AddressWriter::new(MAGIC)
             .bytes(&self.worker)
             .bytes(&self.rkey)
+            .u64(self.identity)
+            .u8(u8::from(self.answers))
             .region(&self.region)
             .sealed()
     }
@@ -30,6 +41,12 @@ impl UcxAddress {
         let mut r = AddressReader::sealed("ucx address", MAGIC, bytes)?;
         let worker = r.bytes("worker address", MAX_PART)?;
         let rkey = r.bytes("remote key", MAX_PART)?;
+        let identity = r.u64("identity")?;
+        let answers = match r.u8("answers")? {
+            0 => false,
+            1 => true,
+            _ => return Err(r.bad("the answers flag is neither 0 nor 1")),
+        };
         let region = r.region()?;
         if worker.is_empty() || rkey.is_empty() {
             return Err(r.bad("empty worker address or remote key"));
@@ -39,6 +56,8 @@ impl UcxAddress {
             worker: worker.to_vec(),
             rkey: rkey.to_vec(),
             region,
+            identity,
+            answers,
         })
     }
 }
@@ -57,6 +76,8 @@ mod tests {
                 num_blocks: 2,
                 block_len: 64,
             },
+            identity: 0x0123_4567_89ab_cdef,
+            answers: true,
         };
         let bytes = a.to_bytes();
         assert_eq!(UcxAddress::from_bytes(&bytes), Ok(a));

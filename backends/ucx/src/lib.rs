@@ -8,6 +8,15 @@
 //!   run of one), READ one `ucp_get_nbx`, then a `ucp_ep_flush_nbx` on the endpoint; the
 //!   transfer is done when the flush completes, which is when every byte is at the target
 //!   (remote completion), not when the local buffer is merely reusable.
+//! - **Connect checks whom it reached**: each worker has a random identity, which its
+//!   descriptors carry; connect asks the worker at the descriptor's address for it (an active
+//!   message its handler answers) before the peer exists, so a descriptor of a closed
+//!   transport whose TCP port another worker took is refused (a remote disconnect) instead of
+//!   having its WRITEs copied to the closed region's address (UCX serves an emulated put
+//!   without checking the key). It costs a round trip at connect (about 0.25 ms here, where
+//!   the endpoint's wireup used to wait for the first transfer). A target opened with
+//!   `progress=caller` answers only while polled, so its descriptors say so and it is not
+//!   checked.
 //! - **Progress**: by default a thread of the backend progresses the worker (spinning while
 //!   there is work, backing off to `idle_sleep_us` sleeps when idle, woken by each post), so a passive
 //!   peer that never polls still receives writes: UCX over TCP, and over shared memory on
@@ -386,6 +395,8 @@ impl Backend for UcxBackend {
             worker: self.ucx.worker_address.clone(),
             rkey: self.ucx.rkey.clone(),
             region: RegisteredRegion::of(&self.span),
+            identity: self.ucx.notifier().identity(),
+            answers: self.ucx.mode == ProgressMode::Thread,
         }
         .to_bytes()
     }

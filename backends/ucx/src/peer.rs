@@ -12,6 +12,7 @@ use ucx_sys::*;
 
 use crate::address::UcxAddress;
 use crate::endpoint::{ForceClose, close_endpoint, close_peer, fail_posted, force_close};
+use crate::notify::check_identity;
 use crate::worker::{Ucx, Worker};
 use crate::{UcxBackend, errors, revoked};
 
@@ -139,6 +140,14 @@ impl UcxBackend {
                 BackendErrorKind::MalformedAddress,
                 e.message(),
             ));
+        }
+        if addr.answers {
+            // Before any put: a stale descriptor's worker must not serve one.
+            if let Err(e) = check_identity(&self.ucx, &peer, addr.identity) {
+                tracing::warn!(error = %e, "ucx: connect refused: the identity check failed");
+                close_peer(peer);
+                return Err(e);
+            }
         }
         Ok(peer)
     }

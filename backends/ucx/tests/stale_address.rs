@@ -1,34 +1,41 @@
 //! A peer's descriptor of a closed transport whose TCP port a new transport took.
 //!
-//! Known bug, not fixed: over TCP, UCX 1.13 emulates puts with active messages that the
-//! target's worker serves by copying to the address the message names, whatever registration
-//! it was packed for, and its wireup connects to whichever worker now listens at the address
-//! the descriptor names. So a WRITE through such a descriptor is copied by the new transport's
-//! worker to the closed transport's region address: here, memory the caller still holds, so the
-//! bytes land there and the WRITE is reported done; in another process, into whatever that
-//! process mapped at the address, or a crash where it mapped nothing. With no worker at the
-//! port nothing lands and the WRITE is not done (checked by hand): the new worker serves it. A fix needs the target
-//! to prove it is the registration the descriptor names before the first put (a handshake
-//! the backend does not have). `UCX_TCP_PORT_RANGE` makes the new worker take the old one's
-//! port; in this test binary alone, as it is read at each open. Run it with `--ignored`.
+//! Over TCP, UCX 1.13 emulates puts with active messages that the target's worker serves by
+//! copying to the address the message names, whatever registration it was packed for, and its
+//! wireup connects to whichever worker now listens at the address the descriptor names. So,
+//! before the backend's connect checked the worker's identity (`notify::hello`), a WRITE
+//! through such a descriptor was copied by the new transport's worker to the closed
+//! transport's region address, here memory the caller still holds, and reported done (this
+//! test's outcome then: `state: Some(Done), landed_closed: 2048`). Now the new worker answers
+//! the check "not me" and connect fails: nothing lands. (A target with `progress=caller` is
+//! not checked, as it answers only when polled; not tested here, where nobody polls the new
+//! target, so its worker would not serve the WRITE anyway.) `UCX_TCP_PORT_RANGE` makes the new
+//! worker take the old one's port; set in this test binary only, as it is read at each open.
 
 use std::ptr::NonNull;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use blockwire_conformance::stale::{BLOCK_LEN, BLOCKS, Role, stale_write};
 use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_ucx::UcxBackend;
 
-fn open(role: Role, mem: &mut [u8]) -> UcxBackend {
+/// Serializes the tests: each sets `UCX_TCP_PORT_RANGE` before each open.
+static PORTS: Mutex<()> = Mutex::new(());
+
+/// Opens a backend of the check, the initiator with `progress=initiator_progress`; `test`
+/// picks the test's two ports.
+fn open(role: Role, mem: &mut [u8], test: u16, initiator_progress: &str) -> UcxBackend {
+    let base = 47_000 + (std::process::id() % 500) as u16 * 4 + test * 2;
     // The closed target and the new one on one port, the initiator on another.
-    let base = 47_000 + (std::process::id() % 1000) as u16 * 2;
     let port = if role == Role::Initiator {
         base
     } else {
         base + 1
     };
-    // SAFETY: this test binary's one test sets it, with no other thread of its own reading the
-    // environment meanwhile (UCX reads it in `open`, on this thread).
+    // SAFETY: this test binary's tests set it only while they hold `PORTS`, with no other
+    // thread of theirs reading the environment meanwhile (UCX reads it in `open`, on this
+    // thread).
     unsafe { std::env::set_var("UCX_TCP_PORT_RANGE", format!("{port}-{port}")) };
     let span = RegionSpan::new(
         NonNull::new(mem.as_mut_ptr()).expect("mem"),
@@ -36,14 +43,30 @@ fn open(role: Role, mem: &mut [u8]) -> UcxBackend {
         BLOCK_LEN,
     )
     .expect("span");
-    let options = BackendOptions::new().with("tls", "tcp");
+    let mut options = BackendOptions::new().with("tls", "tcp");
+    if role == Role::Initiator {
+        options = options.with("progress", initiator_progress);
+    }
     // SAFETY: `stale_write` keeps `mem` allocated until the backend is dropped.
     unsafe { UcxBackend::open(span, options) }.expect("open")
 }
 
 #[test]
-#[ignore = "known bug: a stale descriptor's WRITE is copied by the worker that took its port (see the file's docs)"]
 fn a_stale_descriptor_at_a_reused_port_moves_nothing() {
+    let _one = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let open = |role: Role, mem: &mut [u8]| open(role, mem, 0, "thread");
     let outcome = stale_write(open, |desc, _| desc, Duration::from_secs(5));
     assert!(outcome.moved_nothing(), "{outcome:?}");
+    assert_eq!(outcome.state, None, "connect refuses it: {outcome:?}");
+}
+
+/// An initiator without a progress thread progresses its worker itself while it waits for
+/// the answer (its state checks would otherwise serve nothing before the connect returns).
+#[test]
+fn a_caller_progressed_initiator_refuses_it_too() {
+    let _one = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let open = |role: Role, mem: &mut [u8]| open(role, mem, 1, "caller");
+    let outcome = stale_write(open, |desc, _| desc, Duration::from_secs(5));
+    assert!(outcome.moved_nothing(), "{outcome:?}");
+    assert_eq!(outcome.state, None, "connect refuses it: {outcome:?}");
 }

@@ -26,9 +26,21 @@ pub(super) type AmHandler = unsafe extern "C" fn(
 /// # Safety
 ///
 /// `param` is null or valid for the handler's duration.
-unsafe fn recv_attr(param: *const ucp_am_recv_param_t) -> u64 {
+pub(super) unsafe fn recv_attr(param: *const ucp_am_recv_param_t) -> u64 {
     // SAFETY: per this function's contract.
     unsafe { param.as_ref() }.map_or(0, |p| p.recv_attr)
+}
+
+/// The reply endpoint UCX passed, or null.
+///
+/// # Safety
+///
+/// `param` is null or valid for the handler's duration.
+pub(super) unsafe fn reply_ep(param: *const ucp_am_recv_param_t) -> ucp_ep_h {
+    // SAFETY: per this function's contract.
+    unsafe { param.as_ref() }
+        .filter(|p| p.recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0)
+        .map_or(std::ptr::null_mut(), |p| p.reply_ep)
 }
 
 /// The message's data, split into its sequence number and the rest.
@@ -75,9 +87,7 @@ pub(super) unsafe extern "C" fn on_notification(
     };
     let outcome = notifier.receive(frame);
     // SAFETY: as above.
-    let reply_ep = unsafe { param.as_ref() }
-        .filter(|_| attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP as u64 != 0)
-        .map_or(std::ptr::null_mut(), |p| p.reply_ep);
+    let reply_ep = unsafe { reply_ep(param) };
     if reply_ep.is_null() {
         tracing::debug!(
             seq,

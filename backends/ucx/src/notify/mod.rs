@@ -30,7 +30,10 @@ use crate::peer::PeerHealth;
 use crate::{UcxBackend, UcxPeer, UcxXfer};
 
 mod handlers;
+mod hello;
 use handlers::{AmHandler, on_ack, on_notification};
+pub(crate) use hello::check_identity;
+use hello::{HELLO_AM_ID, on_hello};
 
 /// The active-message id of a notification.
 const NOTIFY_AM_ID: u32 = 11;
@@ -39,7 +42,8 @@ const ACK_AM_ID: u32 = 12;
 /// Bytes of the sequence number in front of both messages.
 const SEQ_LEN: usize = 8;
 
-/// What the target did with a notification, as its acknowledgement says.
+/// What the target did with a notification, as its acknowledgement says; for a connect's
+/// identity check (`hello`), `Queued` means "this is the worker named".
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u8)]
 enum Outcome {
@@ -47,6 +51,8 @@ enum Outcome {
     Full = 1,
     Closed = 2,
     Malformed = 3,
+    /// The identity check named another worker: the descriptor is stale.
+    Stale = 4,
 }
 
 impl Outcome {
@@ -70,6 +76,12 @@ impl Outcome {
                 "the target is closed: it discarded the notification".into(),
             ),
             3 => FailureReason::Backend("the target could not decode the notification".into()),
+            4 => FailureReason::RemoteDisconnect(
+                "the worker at the descriptor's address is not the one the descriptor names: \
+                 the descriptor is stale (its transport closed and another worker took its \
+                 address)"
+                    .into(),
+            ),
             other => FailureReason::Backend(format!(
                 "the target acknowledged the notification with an unknown outcome {other}"
             )),
@@ -90,6 +102,8 @@ pub(crate) struct Notifier {
     open: AtomicBool,
     next_seq: AtomicU64,
     pending: Mutex<HashMap<u64, Arc<TransferCell>>>,
+    /// This worker's identity, which its descriptors carry and a connect's check names.
+    identity: u64,
 }
 
 impl Notifier {
@@ -99,7 +113,24 @@ impl Notifier {
             open: AtomicBool::new(true),
             next_seq: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
+            identity: blockwire_core::kit::random_u64(),
         })
+    }
+
+    /// This worker's identity (random, fixed at open).
+    pub(crate) fn identity(&self) -> u64 {
+        self.identity
+    }
+
+    /// The answer to a connect's identity check naming `identity`.
+    fn judge(&self, identity: u64) -> Outcome {
+        if !self.open.load(Ordering::Acquire) {
+            Outcome::Closed
+        } else if identity == self.identity {
+            Outcome::Queued
+        } else {
+            Outcome::Stale
+        }
     }
 
     /// Arrivals go to `inbox` from now on.
@@ -119,8 +150,11 @@ impl Notifier {
     /// `worker` is live, and `self` outlives every call the worker may make to its handlers
     /// (until the worker is destroyed, or forever if it is left undestroyed).
     pub(crate) unsafe fn register(&self, worker: ucp_worker_h) -> Result<(), BackendError> {
-        let handlers: [(u32, AmHandler); 2] =
-            [(NOTIFY_AM_ID, on_notification), (ACK_AM_ID, on_ack)];
+        let handlers: [(u32, AmHandler); 3] = [
+            (NOTIFY_AM_ID, on_notification),
+            (ACK_AM_ID, on_ack),
+            (HELLO_AM_ID, on_hello),
+        ];
         for (id, cb) in handlers {
             let param = ucp_am_handler_param_t {
                 field_mask: (UCP_AM_HANDLER_PARAM_FIELD_ID
@@ -329,6 +363,7 @@ mod tests {
             (1, false),
             (2, false),
             (3, false),
+            (4, false),
             (200, false),
         ] {
             let cell = TransferCell::running();
@@ -359,7 +394,10 @@ mod tests {
         assert_eq!(cell.state(), blockwire_core::XferState::Done);
         n.acknowledged(seq, 1); // a second one changes nothing
         assert_eq!(cell.state(), blockwire_core::XferState::Done);
+        assert_eq!(n.judge(n.identity()), Outcome::Queued);
+        assert_eq!(n.judge(n.identity() ^ 1), Outcome::Stale);
         n.close();
         assert_eq!(n.receive(b"anything"), Outcome::Closed);
+        assert_eq!(n.judge(n.identity()), Outcome::Closed);
     }
 }
