@@ -225,7 +225,12 @@ unsafe fn post_am(
     flags: u32,
     cell: Option<Arc<TransferCell>>,
 ) -> Result<(), ucs_status_t> {
-    let sending = Box::new(Sending { bytes, cell });
+    let what = if id == HELLO_AM_ID {
+        "sending the connect's identity check"
+    } else {
+        "notification"
+    };
+    let sending = Box::new(Sending { bytes, cell, what });
     let (buffer, len) = (sending.bytes.as_ptr(), sending.bytes.len());
     let user_data = Box::into_raw(sending);
     let params = ucp_request_param_t {
@@ -259,6 +264,8 @@ unsafe fn post_am(
 struct Sending {
     bytes: Vec<u8>,
     cell: Option<Arc<TransferCell>>,
+    /// What the message is, for its failure's reason.
+    what: &'static str,
 }
 
 unsafe extern "C" fn am_sent(request: *mut c_void, status: ucs_status_t, user_data: *mut c_void) {
@@ -268,7 +275,7 @@ unsafe extern "C" fn am_sent(request: *mut c_void, status: ucs_status_t, user_da
     if status != UCS_OK {
         tracing::debug!(error = %status_string(status), "ucx: an active message failed");
         if let Some(cell) = &sending.cell {
-            cell.fail(errors::reason("notification", status));
+            cell.fail(errors::reason(sending.what, status));
         }
     }
     // SAFETY: this send's request, released in its callback.
