@@ -490,3 +490,33 @@ fn nixl_notifications() {
         .expect("spawn blockwire-nixl-peer");
     assert!(status.success(), "notifications, nixl: {status}");
 }
+
+/// A peer process's descriptor, kept after the process exited, reaching a new peer process
+/// that took its TCP port: ucx's connect asks the worker it reached for the identity the
+/// descriptor names, and the new one answers "not me", so the add is refused and the new
+/// process's memory is untouched. (Before the check its worker copied the WRITE to the closed
+/// region's address in its own address space.)
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_tcp_stale_descriptor_of_an_exited_peer() {
+    // Per test process: two parallel runs of this binary pin different ports (apart from the
+    // ranges of the ucx and nixl backends' own stale-descriptor tests: 47,000 to 48,999 and
+    // 50,000 to 51,799).
+    let port = format!("{}", 49_000 + std::process::id() % 1000);
+    let range = format!("{port}-{port}");
+    let outcome = blockwire_conformance::stale::stale_write_across(
+        blockwire_conformance::peer::open_any,
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        "ucx",
+        "tls=tcp",
+        &[("UCX_TCP_PORT_RANGE", &range)],
+        std::time::Duration::from_secs(5),
+    )
+    .expect("stale descriptor across processes");
+    eprintln!("{outcome:?}");
+    assert!(outcome.moved_nothing(), "{outcome:?}");
+    assert!(
+        matches!(&outcome.write, blockwire_conformance::stale::WriteEnd::Refused(why) if why.contains("not the one the descriptor names")),
+        "{outcome:?}"
+    );
+}

@@ -20,7 +20,7 @@ use blockwire_nixl::NixlBackend;
 
 fn open(role: Role, mem: &mut [u8]) -> NixlBackend {
     // The closed target and the new one on one port, the initiator on another.
-    let base = 48_000 + (std::process::id() % 900) as u16 * 2;
+    let base = 50_000 + (std::process::id() % 900) as u16 * 2;
     let port = if role == Role::Initiator {
         base
     } else {

@@ -75,6 +75,32 @@ impl SpawnedPeer {
         )
     }
 
+    /// [`SpawnedPeer::spawn`] with `env` added to the peer's environment (a library's
+    /// variables: `UCX_TCP_PORT_RANGE` to pin its port, for example).
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let exe = "target/debug/blockwire-peer";
+    ///     let env = [("UCX_TCP_PORT_RANGE", "47100-47100")];
+    ///     let p = SpawnedPeer::spawn_with_env(&env, exe, "ucx", 8, 4096, 1, "tls=tcp")?;
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn spawn_with_env(
+        env: &[(&str, &str)],
+        exe: &str,
+        backend: &str,
+        blocks: u32,
+        len: usize,
+        seed: u8,
+        opts: &str,
+    ) -> Fallible<Self> {
+        let mut cmd = std::process::Command::new(exe);
+        cmd.envs(env.iter().copied());
+        Self::spawn_command(cmd, exe, backend, blocks, len, seed, opts)
+    }
+
     /// [`SpawnedPeer::spawn`] inside the network namespace `netns` (`ip netns exec`; needs
     /// root and iproute2), with `env` added to its environment.
     ///
