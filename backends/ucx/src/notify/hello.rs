@@ -51,7 +51,7 @@ pub(crate) fn check_identity(ucx: &Ucx, peer: &UcxPeer, identity: u64) -> Result
     let notifier = ucx.notifier();
     let cell = Arc::new(TransferCell::running());
     // Expected before it is sent: the answer may come before the send returns.
-    let seq = notifier.expect(&cell);
+    let seq = notifier.expect(&cell, "connect's identity check");
     let mut bytes = Vec::with_capacity(HELLO_LEN);
     bytes.extend_from_slice(&seq.to_le_bytes());
     bytes.extend_from_slice(&identity.to_le_bytes());
@@ -109,10 +109,10 @@ fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell) -> Result<(), BackendErr
     }
     match cell.state() {
         XferState::Done => Ok(()),
-        XferState::Failed(FailureReason::RemoteDisconnect(why)) => Err(BackendError::new(
-            BackendErrorKind::RemoteDisconnect,
-            format!("the connect's identity check: {why}"),
-        )),
+        // The reason names the check (`Notifier::expect`'s words).
+        XferState::Failed(FailureReason::RemoteDisconnect(why)) => {
+            Err(BackendError::new(BackendErrorKind::RemoteDisconnect, why))
+        }
         other => Err(BackendError::new(
             BackendErrorKind::Other,
             format!("the connect's identity check ended {other:?}"),

@@ -65,17 +65,18 @@ impl Outcome {
         }
     }
 
-    /// How the sender's transfer ends for this outcome byte (from the peer: any value).
-    fn end(byte: u8, cell: &TransferCell) {
+    /// How the sender's transfer ends for this outcome byte (from the peer: any value); `what`
+    /// names the message acknowledged (a notification, a connect's identity check).
+    fn end(byte: u8, cell: &TransferCell, what: &str) {
         let why = match byte {
             0 => return cell.finish(),
-            1 => FailureReason::Backend(
-                "the target's notification inbox was full: it dropped the notification".into(),
-            ),
-            2 => FailureReason::RemoteDisconnect(
-                "the target is closed: it discarded the notification".into(),
-            ),
-            3 => FailureReason::Backend("the target could not decode the notification".into()),
+            1 => FailureReason::Backend(format!(
+                "the target's notification inbox was full: it dropped the {what}"
+            )),
+            2 => FailureReason::RemoteDisconnect(format!(
+                "the target is closed: it discarded the {what}"
+            )),
+            3 => FailureReason::Backend(format!("the target could not decode the {what}")),
             4 => FailureReason::RemoteDisconnect(
                 "the worker at the descriptor's address is not the one the descriptor names: \
                  the descriptor is stale (its transport closed and another worker took its \
@@ -83,7 +84,7 @@ impl Outcome {
                     .into(),
             ),
             other => FailureReason::Backend(format!(
-                "the target acknowledged the notification with an unknown outcome {other}"
+                "the target acknowledged the {what} with an unknown outcome {other}"
             )),
         };
         cell.fail(why);
@@ -101,7 +102,8 @@ pub(crate) struct Notifier {
     /// delivered.
     open: AtomicBool,
     next_seq: AtomicU64,
-    pending: Mutex<HashMap<u64, Arc<TransferCell>>>,
+    /// Each with what it is, for its failure's words.
+    pending: Mutex<HashMap<u64, (Arc<TransferCell>, &'static str)>>,
     /// This worker's identity, which its descriptors carry and a connect's check names.
     identity: u64,
 }
@@ -176,9 +178,9 @@ impl Notifier {
     }
 
     /// Records a notification waiting for its acknowledgement; returns its sequence number.
-    pub(crate) fn expect(&self, cell: &Arc<TransferCell>) -> u64 {
+    pub(crate) fn expect(&self, cell: &Arc<TransferCell>, what: &'static str) -> u64 {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        self.pending.lock().insert(seq, cell.clone());
+        self.pending.lock().insert(seq, (cell.clone(), what));
         seq
     }
 
@@ -198,7 +200,7 @@ impl Notifier {
 
     /// Ends the notification `seq` with the outcome its target acknowledged.
     fn acknowledged(&self, seq: u64, outcome: u8) {
-        let Some(cell) = self.pending.lock().remove(&seq) else {
+        let Some((cell, what)) = self.pending.lock().remove(&seq) else {
             tracing::debug!(
                 seq,
                 "ucx: acknowledgement of no notification waiting for one"
@@ -206,7 +208,7 @@ impl Notifier {
             return;
         };
         tracing::trace!(seq, outcome, "ucx: notification acknowledged");
-        Outcome::end(outcome, &cell);
+        Outcome::end(outcome, &cell, what);
     }
 }
 
@@ -324,7 +326,7 @@ pub(crate) fn send(
     let notifier = ucx.notifier();
     let shared = Arc::new(TransferCell::running().with_doorbell(backend.doorbell()));
     // Expected before it is sent: the acknowledgement may come before the send returns.
-    let seq = notifier.expect(&shared);
+    let seq = notifier.expect(&shared, "notification");
     let mut bytes = Vec::with_capacity(SEQ_LEN + frame.len());
     bytes.extend_from_slice(&seq.to_le_bytes());
     bytes.extend_from_slice(frame);
@@ -374,7 +376,7 @@ mod tests {
             (200, false),
         ] {
             let cell = TransferCell::running();
-            Outcome::end(byte, &cell);
+            Outcome::end(byte, &cell, "notification");
             assert!(cell.is_ended());
             assert_eq!(
                 cell.state() == blockwire_core::XferState::Done,
@@ -383,10 +385,18 @@ mod tests {
             );
         }
         let cell = TransferCell::running();
-        Outcome::end(Outcome::of(Delivery::Closed) as u8, &cell);
+        Outcome::end(Outcome::of(Delivery::Closed) as u8, &cell, "notification");
         assert!(matches!(
             cell.state(),
             blockwire_core::XferState::Failed(FailureReason::RemoteDisconnect(_))
+        ));
+        // The words name what was acknowledged.
+        let cell = TransferCell::running();
+        Outcome::end(Outcome::Closed as u8, &cell, "connect's identity check");
+        assert!(matches!(
+            cell.state(),
+            blockwire_core::XferState::Failed(FailureReason::RemoteDisconnect(why))
+                if why.ends_with("discarded the connect's identity check")
         ));
     }
 
@@ -394,7 +404,7 @@ mod tests {
     fn acks_for_nothing_pending_are_ignored() {
         let n = Notifier::new(Inbox::new(4));
         let cell = Arc::new(TransferCell::running());
-        let seq = n.expect(&cell);
+        let seq = n.expect(&cell, "notification");
         n.acknowledged(seq + 1, 0);
         assert!(!cell.is_ended());
         n.acknowledged(seq, 0);
