@@ -1,5 +1,6 @@
 //! The worker's active-message handlers: a notification arrives (deliver it, acknowledge it),
-//! an acknowledgement arrives (end the notification it names). Both run inside
+//! an acknowledgement arrives (end the notification it names), and, in `super::hello`, a
+//! connect's identity check arrives (answer it). All run inside
 //! `ucp_worker_progress`, on whichever thread progresses the worker (the progress thread, a
 //! state check, `poll_notifications`, a close's drain), possibly under the worker's exclusive
 //! guard during teardown: they take none of the backend's locks, only the inbox's and the
@@ -10,7 +11,7 @@ use std::ffi::c_void;
 
 use ucx_sys::*;
 
-use super::{ACK_AM_ID, Notifier, SEQ_LEN, post_am};
+use super::{ACK_AM_ID, Notifier, Outcome, SEQ_LEN, post_am};
 
 pub(super) type AmHandler = unsafe extern "C" fn(
     *mut c_void,
@@ -58,6 +59,65 @@ unsafe fn split<'a>(data: *const c_void, length: usize) -> Option<(u64, &'a [u8]
     Some((u64::from_le_bytes(seq.try_into().ok()?), rest))
 }
 
+/// A message's sequence number and the rest of its bytes.
+pub(super) type Message<'a> = (u64, &'a [u8]);
+
+/// The start of every handler: the notifier, and the message split into its sequence number
+/// and the rest (`None` when too short). `Err` (to return to UCX) for a message that came by
+/// rendezvous: this backend's senders send eagerly, so such a message is refused (the sender's
+/// send fails). `what` names the message in the log.
+///
+/// # Safety
+///
+/// The handler's arguments as UCX passed them: `arg` is the `Notifier` registered with this
+/// worker (alive while it calls back, `Notifier::register`), `data` is null or valid for
+/// `length` bytes and `param` null or valid, for the handler's duration.
+pub(super) unsafe fn received<'a>(
+    arg: *mut c_void,
+    data: *mut c_void,
+    length: usize,
+    param: *const ucp_am_recv_param_t,
+    what: &str,
+) -> Result<(&'a Notifier, Option<Message<'a>>), ucs_status_t> {
+    // SAFETY: per this function's contract.
+    let notifier = unsafe { &*(arg as *const Notifier) };
+    // SAFETY: per this function's contract.
+    if unsafe { recv_attr(param) } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
+        tracing::warn!(length, "ucx: {what} came by rendezvous; refused");
+        return Err(UCS_ERR_UNSUPPORTED);
+    }
+    // SAFETY: per this function's contract.
+    Ok((notifier, unsafe { split(data, length) }))
+}
+
+/// Answers message `seq` with `outcome` (an acknowledgement, [`ACK_AM_ID`]) on the reply
+/// endpoint UCX passed, if it passed one. `what` names the message in the log.
+///
+/// # Safety
+///
+/// `param` is null or the parameters UCX passed to the handler still running.
+pub(super) unsafe fn answer(
+    param: *const ucp_am_recv_param_t,
+    seq: u64,
+    outcome: Outcome,
+    what: &str,
+) {
+    // SAFETY: per this function's contract.
+    let ep = unsafe { reply_ep(param) };
+    if ep.is_null() {
+        tracing::debug!(seq, "ucx: {what} without a reply endpoint; not answered");
+        return;
+    }
+    let mut ack = Vec::with_capacity(SEQ_LEN + 1);
+    ack.extend_from_slice(&seq.to_le_bytes());
+    ack.push(outcome as u8);
+    // SAFETY: the reply endpoint UCX passed to this running handler (UCX hands only valid,
+    // open endpoints).
+    if let Err(status) = unsafe { post_am(ep, ACK_AM_ID, ack, UCP_AM_SEND_FLAG_EAGER, None) } {
+        tracing::debug!(seq, error = %status_string(status), "ucx: answering {what} failed");
+    }
+}
+
 /// A notification arrived: deliver it and acknowledge it.
 pub(super) unsafe extern "C" fn on_notification(
     arg: *mut c_void,
@@ -67,18 +127,13 @@ pub(super) unsafe extern "C" fn on_notification(
     length: usize,
     param: *const ucp_am_recv_param_t,
 ) -> ucs_status_t {
-    // SAFETY: `arg` is the `Notifier` registered with this worker, alive while it calls back
-    // (`Notifier::register`).
-    let notifier = unsafe { &*(arg as *const Notifier) };
-    // SAFETY: UCX passes valid parameters for the handler's duration.
-    let attr = unsafe { recv_attr(param) };
-    if attr & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
-        // Our senders send eagerly; a rendezvous is refused (the sender's send fails).
-        tracing::warn!(length, "ucx: a notification came by rendezvous; refused");
-        return UCS_ERR_UNSUPPORTED;
-    }
-    // SAFETY: UCX passes `length` readable bytes at `data` for the handler's duration.
-    let Some((seq, frame)) = (unsafe { split(data, length) }) else {
+    // SAFETY: UCX calls the handler with its arguments as `received` requires.
+    let (notifier, message) = match unsafe { received(arg, data, length, param, "a notification") }
+    {
+        Ok(r) => r,
+        Err(status) => return status,
+    };
+    let Some((seq, frame)) = message else {
         tracing::warn!(
             length,
             "ucx: a notification too short to hold its sequence number; dropped"
@@ -86,24 +141,8 @@ pub(super) unsafe extern "C" fn on_notification(
         return UCS_OK;
     };
     let outcome = notifier.receive(frame);
-    // SAFETY: as above.
-    let reply_ep = unsafe { reply_ep(param) };
-    if reply_ep.is_null() {
-        tracing::debug!(
-            seq,
-            "ucx: a notification without a reply endpoint; not acknowledged"
-        );
-        return UCS_OK;
-    }
-    let mut ack = Vec::with_capacity(SEQ_LEN + 1);
-    ack.extend_from_slice(&seq.to_le_bytes());
-    ack.push(outcome as u8);
-    // SAFETY: the reply endpoint UCX passed to this running handler (UCX hands only valid,
-    // open endpoints).
-    if let Err(status) = unsafe { post_am(reply_ep, ACK_AM_ID, ack, UCP_AM_SEND_FLAG_EAGER, None) }
-    {
-        tracing::debug!(seq, error = %status_string(status), "ucx: acknowledging a notification failed");
-    }
+    // SAFETY: UCX's parameters of this running handler.
+    unsafe { answer(param, seq, outcome, "a notification") };
     UCS_OK
 }
 
@@ -116,20 +155,11 @@ pub(super) unsafe extern "C" fn on_ack(
     length: usize,
     param: *const ucp_am_recv_param_t,
 ) -> ucs_status_t {
-    // SAFETY: as in `on_notification`.
-    let notifier = unsafe { &*(arg as *const Notifier) };
-    // SAFETY: UCX passes valid parameters for the handler's duration.
-    if unsafe { recv_attr(param) } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
-        tracing::warn!(
-            length,
-            "ucx: an acknowledgement came by rendezvous; refused"
-        );
-        return UCS_ERR_UNSUPPORTED;
-    }
-    // SAFETY: UCX passes `length` readable bytes at `data` for the handler's duration.
-    match unsafe { split(data, length) } {
-        Some((seq, &[outcome])) => notifier.acknowledged(seq, outcome),
-        _ => tracing::warn!(length, "ucx: a malformed acknowledgement; dropped"),
+    // SAFETY: UCX calls the handler with its arguments as `received` requires.
+    match unsafe { received(arg, data, length, param, "an acknowledgement") } {
+        Err(status) => return status,
+        Ok((notifier, Some((seq, &[outcome])))) => notifier.acknowledged(seq, outcome),
+        Ok(_) => tracing::warn!(length, "ucx: a malformed acknowledgement; dropped"),
     }
     UCS_OK
 }

@@ -8,11 +8,12 @@
 //! TCP port another worker took (a new transport in this process or a restarted one), had its
 //! WRITEs copied by that worker to the closed region's address, reported done.
 //!
-//! How: each worker has a random identity ([`Notifier::identity`]), which its descriptors
+//! How: each worker has a random identity ([`super::Notifier::identity`]), which its descriptors
 //! carry. Connect sends it in an active message (id [`HELLO_AM_ID`], `seq: u64, identity: u64`,
 //! eager, with a reply endpoint); the target's handler ([`on_hello`]) compares it with its own
-//! and answers with an acknowledgement (the notifications' [`ACK_AM_ID`]): [`Outcome::Queued`]
-//! when it is the same, [`Outcome::Stale`] when not, [`Outcome::Closed`] while it closes.
+//! and answers with an acknowledgement (the notifications' [`super::ACK_AM_ID`]):
+//! [`Outcome::Queued`] when it is the same, [`Outcome::Stale`] when not, [`Outcome::Closed`]
+//! while it closes.
 //! Connect returns the peer only after the answer "same"; otherwise it closes the endpoint and
 //! fails, having put nothing.
 //!
@@ -31,8 +32,8 @@ use blockwire_core::kit::TransferCell;
 use blockwire_core::{BackendError, BackendErrorKind, FailureReason, XferState};
 use ucx_sys::*;
 
-use super::handlers::{recv_attr, reply_ep};
-use super::{ACK_AM_ID, Notifier, Outcome, SEQ_LEN, post_am};
+use super::handlers::{answer, received};
+use super::{Outcome, SEQ_LEN, post_am};
 use crate::worker::Ucx;
 use crate::{UcxPeer, errors, revoked};
 
@@ -129,25 +130,19 @@ pub(super) unsafe extern "C" fn on_hello(
     length: usize,
     param: *const ucp_am_recv_param_t,
 ) -> ucs_status_t {
-    // SAFETY: `arg` is the `Notifier` registered with this worker, alive while it calls back
-    // (`Notifier::register`).
-    let notifier = unsafe { &*(arg as *const Notifier) };
-    // SAFETY: UCX passes valid parameters for the handler's duration.
-    if unsafe { recv_attr(param) } & UCP_AM_RECV_ATTR_FLAG_RNDV as u64 != 0 {
-        tracing::warn!(length, "ucx: an identity check came by rendezvous; refused");
-        return UCS_ERR_UNSUPPORTED;
-    }
-    if data.is_null() || length != HELLO_LEN {
+    // SAFETY: UCX calls the handler with its arguments as `received` requires.
+    let (notifier, message) =
+        match unsafe { received(arg, data, length, param, "an identity check") } {
+            Ok(r) => r,
+            Err(status) => return status,
+        };
+    let Some((seq, identity)) = message.and_then(|(seq, rest)| {
+        let identity: [u8; 8] = rest.try_into().ok()?;
+        Some((seq, u64::from_le_bytes(identity)))
+    }) else {
         tracing::warn!(length, "ucx: a malformed identity check; dropped");
         return UCS_OK;
-    }
-    // SAFETY: UCX passes `length` readable bytes at `data` for the handler's duration.
-    let bytes = unsafe { std::slice::from_raw_parts(data as *const u8, length) };
-    let (seq, identity) = bytes.split_at(SEQ_LEN);
-    let (Ok(seq), Ok(identity)) = (seq.try_into(), identity.try_into()) else {
-        return UCS_OK;
     };
-    let (seq, identity) = (u64::from_le_bytes(seq), u64::from_le_bytes(identity));
     let outcome = notifier.judge(identity);
     if outcome == Outcome::Stale {
         tracing::warn!(
@@ -155,21 +150,7 @@ pub(super) unsafe extern "C" fn on_hello(
              at this worker's address); refused"
         );
     }
-    // SAFETY: as above.
-    let ep = unsafe { reply_ep(param) };
-    if ep.is_null() {
-        tracing::debug!(
-            seq,
-            "ucx: an identity check without a reply endpoint; not answered"
-        );
-        return UCS_OK;
-    }
-    let mut ack = Vec::with_capacity(SEQ_LEN + 1);
-    ack.extend_from_slice(&seq.to_le_bytes());
-    ack.push(outcome as u8);
-    // SAFETY: the reply endpoint UCX passed to this running handler.
-    if let Err(status) = unsafe { post_am(ep, ACK_AM_ID, ack, UCP_AM_SEND_FLAG_EAGER, None) } {
-        tracing::debug!(seq, error = %status_string(status), "ucx: answering an identity check failed");
-    }
+    // SAFETY: UCX's parameters of this running handler.
+    unsafe { answer(param, seq, outcome, "an identity check") };
     UCS_OK
 }
