@@ -8,9 +8,10 @@
 //! [`stale_write_across`] does it across processes: both targets are peer processes, the
 //! closed one exited, the new one took its address through its environment.
 
+use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
-use blockwire_core::{Backend, Op, PeerDescriptor, XferState};
+use blockwire_core::{Backend, Op, PeerDescriptor, RegionSpan, XferState};
 
 #[cfg(any(
     feature = "shm",
@@ -78,10 +79,10 @@ impl Outcome {
 /// it and polls the WRITE for up to `bound`. Every backend is dropped before the memory is
 /// read.
 ///
-/// `open(role, memory)` opens a backend over `memory` ([`BLOCKS`] blocks of [`BLOCK_LEN`]
-/// bytes), which this function keeps allocated, unmoved, until that backend is dropped.
+/// `open(role, span)` opens a backend over `span` ([`BLOCKS`] blocks of [`BLOCK_LEN`] bytes),
+/// memory this function keeps allocated, unmoved, until that backend is dropped.
 pub fn stale_write<B: Backend>(
-    open: impl Fn(Role, &mut [u8]) -> B,
+    open: impl Fn(Role, RegionSpan) -> B,
     rewrite: impl FnOnce(PeerDescriptor, &B) -> PeerDescriptor,
     bound: Duration,
 ) -> Outcome {
@@ -89,8 +90,16 @@ pub fn stale_write<B: Backend>(
     let mut initiator_mem = vec![7u8; len];
     let mut closed_mem = vec![0u8; len];
     let mut new_mem = vec![0u8; len];
-    let initiator = open(Role::Initiator, &mut initiator_mem);
-    let closed = open(Role::Closed, &mut closed_mem);
+    let span = |mem: &mut Vec<u8>| {
+        RegionSpan::new(
+            NonNull::new(mem.as_mut_ptr()).expect("a vector's pointer"),
+            BLOCKS,
+            BLOCK_LEN,
+        )
+        .expect("BLOCKS blocks of BLOCK_LEN bytes")
+    };
+    let initiator = open(Role::Initiator, span(&mut initiator_mem));
+    let closed = open(Role::Closed, span(&mut closed_mem));
     let desc = PeerDescriptor::new(
         closed.kind(),
         closed.address(),
@@ -100,7 +109,7 @@ pub fn stale_write<B: Backend>(
         "",
     );
     drop(closed);
-    let new = open(Role::New, &mut new_mem);
+    let new = open(Role::New, span(&mut new_mem));
     let stale = rewrite(desc, &new);
     let state = match initiator.connect(&stale) {
         Err(_) => None,

@@ -95,26 +95,20 @@ mod tests {
     #[test]
     fn a_stale_key_at_a_reused_address_moves_nothing() {
         use crate::OfiBackend;
-        use blockwire_conformance::stale::{BLOCK_LEN, BLOCKS, stale_write};
+        use blockwire_conformance::stale::stale_write;
         use blockwire_core::{
             Backend, BackendOptions, OpenBackend, PeerDescriptor, RegionSpan, XferState,
         };
-        use std::ptr::NonNull;
         use std::time::Duration;
 
         for provider in ["tcp", "shm"] {
-            let open = |_, mem: &mut [u8]| {
+            let open = |_, span: RegionSpan| {
                 let mut options = BackendOptions::new().with("provider", provider);
                 if provider == "tcp" {
                     options = options.with("domain", "lo");
                 }
-                let span = RegionSpan::new(
-                    NonNull::new(mem.as_mut_ptr()).expect("mem"),
-                    BLOCKS,
-                    BLOCK_LEN,
-                )
-                .expect("span");
-                // SAFETY: `stale_write` keeps `mem` allocated until the backend is dropped.
+                // SAFETY: `stale_write` keeps the span's memory allocated until the backend is
+                // dropped.
                 unsafe { OfiBackend::open(span, options) }.expect("open")
             };
             let rewrite = |mut desc: PeerDescriptor, new: &OfiBackend| {

@@ -11,14 +11,13 @@
 //! `UCX_TCP_PORT_RANGE` (read at each open) make the new worker take the old one's port; in
 //! this test binary alone. Run it with `--ignored`.
 
-use std::ptr::NonNull;
 use std::time::Duration;
 
-use blockwire_conformance::stale::{BLOCK_LEN, BLOCKS, Role, stale_write};
+use blockwire_conformance::stale::{Role, stale_write};
 use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_nixl::NixlBackend;
 
-fn open(role: Role, mem: &mut [u8]) -> NixlBackend {
+fn open(role: Role, span: RegionSpan) -> NixlBackend {
     // The closed target and the new one on one port, the initiator on another.
     let base = 50_000 + (std::process::id() % 900) as u16 * 2;
     let port = if role == Role::Initiator {
@@ -32,13 +31,7 @@ fn open(role: Role, mem: &mut [u8]) -> NixlBackend {
         std::env::set_var("UCX_TLS", "tcp");
         std::env::set_var("UCX_TCP_PORT_RANGE", format!("{port}-{port}"));
     }
-    let span = RegionSpan::new(
-        NonNull::new(mem.as_mut_ptr()).expect("mem"),
-        BLOCKS,
-        BLOCK_LEN,
-    )
-    .expect("span");
-    // SAFETY: `stale_write` keeps `mem` allocated until the backend is dropped.
+    // SAFETY: `stale_write` keeps the span's memory allocated until the backend is dropped.
     unsafe { NixlBackend::open(span, BackendOptions::new()) }.expect("open")
 }
 

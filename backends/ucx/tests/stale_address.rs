@@ -12,11 +12,10 @@
 //! target, so its worker would not serve the WRITE anyway.) `UCX_TCP_PORT_RANGE` makes the new
 //! worker take the old one's port; set in this test binary only, as it is read at each open.
 
-use std::ptr::NonNull;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use blockwire_conformance::stale::{BLOCK_LEN, BLOCKS, Role, stale_write};
+use blockwire_conformance::stale::{Role, stale_write};
 use blockwire_core::{BackendOptions, OpenBackend, RegionSpan};
 use blockwire_ucx::UcxBackend;
 
@@ -25,7 +24,7 @@ static PORTS: Mutex<()> = Mutex::new(());
 
 /// Opens a backend of the check, the initiator with `progress=initiator_progress`; `test`
 /// picks the test's two ports.
-fn open(role: Role, mem: &mut [u8], test: u16, initiator_progress: &str) -> UcxBackend {
+fn open(role: Role, span: RegionSpan, test: u16, initiator_progress: &str) -> UcxBackend {
     let base = 47_000 + (std::process::id() % 500) as u16 * 4 + test * 2;
     // The closed target and the new one on one port, the initiator on another.
     let port = if role == Role::Initiator {
@@ -37,36 +36,32 @@ fn open(role: Role, mem: &mut [u8], test: u16, initiator_progress: &str) -> UcxB
     // thread of theirs reading the environment meanwhile (UCX reads it in `open`, on this
     // thread).
     unsafe { std::env::set_var("UCX_TCP_PORT_RANGE", format!("{port}-{port}")) };
-    let span = RegionSpan::new(
-        NonNull::new(mem.as_mut_ptr()).expect("mem"),
-        BLOCKS,
-        BLOCK_LEN,
-    )
-    .expect("span");
     let mut options = BackendOptions::new().with("tls", "tcp");
     if role == Role::Initiator {
         options = options.with("progress", initiator_progress);
     }
-    // SAFETY: `stale_write` keeps `mem` allocated until the backend is dropped.
+    // SAFETY: `stale_write` keeps the span's memory allocated until the backend is dropped.
     unsafe { UcxBackend::open(span, options) }.expect("open")
+}
+
+/// Runs the check with the initiator on `progress=initiator_progress`: connect must refuse
+/// the stale descriptor, and nothing may land.
+fn refused(test: u16, initiator_progress: &str) {
+    let _one = PORTS.lock().unwrap_or_else(|e| e.into_inner());
+    let open = |role: Role, span: RegionSpan| open(role, span, test, initiator_progress);
+    let outcome = stale_write(open, |desc, _| desc, Duration::from_secs(5));
+    assert!(outcome.moved_nothing(), "{outcome:?}");
+    assert_eq!(outcome.state, None, "connect refuses it: {outcome:?}");
 }
 
 #[test]
 fn a_stale_descriptor_at_a_reused_port_moves_nothing() {
-    let _one = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let open = |role: Role, mem: &mut [u8]| open(role, mem, 0, "thread");
-    let outcome = stale_write(open, |desc, _| desc, Duration::from_secs(5));
-    assert!(outcome.moved_nothing(), "{outcome:?}");
-    assert_eq!(outcome.state, None, "connect refuses it: {outcome:?}");
+    refused(0, "thread");
 }
 
 /// An initiator without a progress thread progresses its worker itself while it waits for
 /// the answer (its state checks would otherwise serve nothing before the connect returns).
 #[test]
 fn a_caller_progressed_initiator_refuses_it_too() {
-    let _one = PORTS.lock().unwrap_or_else(|e| e.into_inner());
-    let open = |role: Role, mem: &mut [u8]| open(role, mem, 1, "caller");
-    let outcome = stale_write(open, |desc, _| desc, Duration::from_secs(5));
-    assert!(outcome.moved_nothing(), "{outcome:?}");
-    assert_eq!(outcome.state, None, "connect refuses it: {outcome:?}");
+    refused(1, "caller");
 }
