@@ -57,6 +57,13 @@ pub mod notify_across;
 ))]
 pub mod peer;
 pub mod stale;
+#[cfg(any(
+    feature = "shm",
+    feature = "ucx",
+    feature = "libfabric",
+    feature = "nixl"
+))]
+pub mod stopped_peer;
 mod support;
 #[cfg(any(
     feature = "shm",

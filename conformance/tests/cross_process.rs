@@ -520,3 +520,69 @@ fn ucx_tcp_stale_descriptor_of_an_exited_peer() {
         "{outcome:?}"
     );
 }
+
+/// The stopped-peer check (see `blockwire_conformance::stopped_peer`) for one backend setting:
+/// a registration of a peer process stopped with `SIGSTOP` ends within the bound, a close
+/// with one in flight returns promptly, and the peer, resumed, is intact and reachable.
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+fn stopped_peer(backend: &str, opts: &str) {
+    let report = blockwire_conformance::stopped_peer::stopped_peer_with(
+        blockwire_conformance::peer::open_any,
+        env!("CARGO_BIN_EXE_blockwire-peer"),
+        backend,
+        opts,
+        DEAD_PEER_BOUND,
+    )
+    .unwrap_or_else(|e| panic!("stopped peer, {backend} {opts}: {e}"));
+    eprintln!("stopped peer, {backend} {opts:?}: {report:?}");
+}
+
+#[cfg(feature = "shm")]
+#[test]
+fn shm_stopped_peer() {
+    stopped_peer("shm", "");
+}
+
+/// ucx's connect waits for the peer's worker to answer its identity check: the add fails
+/// once it has waited 5 s; a close stops that wait (before `Backend::stop_connecting` it sat
+/// it out: 6.8 s).
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_tcp_stopped_peer() {
+    stopped_peer("ucx", "tls=tcp");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn ucx_shm_stopped_peer() {
+    stopped_peer("ucx", "tls=posix,cma,peer_errors=false");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_tcp_stopped_peer() {
+    stopped_peer("libfabric", "provider=tcp,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_net_stopped_peer() {
+    stopped_peer("libfabric", "provider=net,domain=lo");
+}
+
+#[cfg(feature = "libfabric")]
+#[test]
+fn libfabric_shm_stopped_peer() {
+    stopped_peer("libfabric", "provider=shm");
+}
+
+/// The stopped-peer check for nixl, run by its own peer binary.
+#[cfg(feature = "nixl")]
+#[test]
+fn nixl_stopped_peer() {
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blockwire-nixl-peer"))
+        .arg("--stopped-peer")
+        .status()
+        .expect("spawn blockwire-nixl-peer");
+    assert!(status.success(), "stopped peer, nixl: {status}");
+}

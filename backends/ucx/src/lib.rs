@@ -16,9 +16,13 @@
 //!   without checking the key). Connect then includes the endpoint's wireup, which the first
 //!   transfer used to pay, and a round trip: 0.7 to 1.2 ms to a new worker on the
 //!   development machine, 0.1 ms through an idle endpoint kept from an earlier peer. A
-//!   target opened with
-//!   `progress=caller` answers only while polled, so its descriptors say so and it is not
-//!   checked.
+//!   worker that does not answer (a stopped process) fails the connect after 5 s, meanwhile
+//!   holding the transport's registration worker (later adds queue behind it); the
+//!   transport's close stops that wait at once, but then takes about 2 s, as the worker's
+//!   teardown waits that long for what it queued for the silent peer and then leaves the
+//!   worker undestroyed, never progressed again (`stopped_peer` across processes). A target
+//!   opened with `progress=caller` answers only while polled, so its descriptors say so and
+//!   it is not checked.
 //! - **Progress**: by default a thread of the backend progresses the worker (spinning while
 //!   there is work, backing off to `idle_sleep_us` sleeps when idle, woken by each post), so a passive
 //!   peer that never polls still receives writes: UCX over TCP, and over shared memory on
@@ -451,6 +455,10 @@ impl Backend for UcxBackend {
 
     fn revoke(&self) {
         self.ucx.revoke();
+    }
+
+    fn stop_connecting(&self) {
+        self.ucx.stop_connecting();
     }
 
     fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {

@@ -81,6 +81,9 @@ pub(crate) struct Ucx {
     live: RwLock<bool>,
     /// A cut left operations in the worker that UCX will never complete ([`Ucx::abandon`]).
     abandoned: AtomicBool,
+    /// The transport is closing (`Backend::stop_connecting`): a connect's identity check
+    /// gives up its wait, and a later one fails at once.
+    stop_connecting: AtomicBool,
     /// State callbacks of the worker's endpoints may still use (an endpoint whose close did
     /// not finish): freed once the worker can no longer call back.
     kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
@@ -189,6 +192,7 @@ impl Ucx {
             mode: settings.progress,
             live: RwLock::new(true),
             abandoned: AtomicBool::new(false),
+            stop_connecting: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
             notifier,
             idle: IdleEndpoints::default(),
@@ -318,6 +322,16 @@ impl Ucx {
     /// Progresses the worker once from the calling thread (nothing once revoked).
     pub(crate) fn progress_once(&self) -> u32 {
         self.worker().map_or(0, |w| w.progress())
+    }
+
+    /// Makes connects waiting for a peer give up (the transport is closing).
+    pub(crate) fn stop_connecting(&self) {
+        self.stop_connecting.store(true, Ordering::Release);
+    }
+
+    /// Whether connects should give up waiting for a peer ([`Ucx::stop_connecting`]).
+    pub(crate) fn connecting_stopped(&self) -> bool {
+        self.stop_connecting.load(Ordering::Acquire)
     }
 
     /// Records that operations were abandoned in the worker (a cut endpoint UCX could not

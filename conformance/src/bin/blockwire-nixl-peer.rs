@@ -1,5 +1,6 @@
 //! The cross-process peer for NIXL (`--drive` makes it the parent side, `--dead-peer`,
-//! `--target-side` and `--notifications` run those checks against children of itself): `blockwire_conformance::peer`'s protocol over a NIXL
+//! `--target-side`, `--notifications` and `--stopped-peer` run those checks against children
+//! of itself): `blockwire_conformance::peer`'s protocol over a NIXL
 //! transport, in a binary that never loads Debian's UCX (NIXL brings its own).
 
 use blockwire::BackendOptions;
@@ -74,6 +75,16 @@ fn main() -> std::process::ExitCode {
                 "nixl",
                 "",
                 DEAD_PEER_BOUND,
+            )
+            .map(|r| format!("{r:?}"))
+        }),
+        Some("--stopped-peer") => run("stopped peer", |exe| {
+            blockwire_conformance::stopped_peer::stopped_peer_with(
+                open_nixl,
+                exe,
+                "nixl",
+                "",
+                TARGET_SIDE_BOUND,
             )
             .map(|r| format!("{r:?}"))
         }),

@@ -106,7 +106,9 @@ pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
 }
 
 /// Close resolves every registration: queued ones at once (`Closed`), the one in connect when
-/// it returns (`Closed`); none is published.
+/// it returns (`Closed`); none is published. Here the connect cannot be cut short (see
+/// [`stops_a_waiting_connect`] for one that can): close waits for it only until its close
+/// timeout.
 ///
 /// Rules: R-CLOSE, R-ADD-ASYNC.
 pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
@@ -116,7 +118,7 @@ pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
     let b = open(fx, &Spec::new(4, 4096)).transport;
     let desc = b.descriptor().expect("descriptor");
     let plan = faults(&o);
-    plan.hold_registrations();
+    plan.hold_registrations_past_close();
     let connecting = a.add_remote_peer_async(&PeerId::from("b1"), &desc);
     assert!(plan.wait_connects_started(1, TIMEOUT));
     let queued = a.add_remote_peer_async(&PeerId::from("b2"), &desc);
@@ -129,6 +131,32 @@ pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
     crate::support::eventually("the late connection is released", || {
         plan.connected_peers() == 0
     });
+}
+
+/// Close tells a connect that waits for the peer to give up (`Backend::stop_connecting`; ucx's
+/// waits for a stopped peer's answer up to 5 s) before it waits for the registration, so the
+/// registration has resolved (`Closed`) when close returns, well within a long close timeout.
+///
+/// Rules: R-CLOSE, R-ADD-ASYNC.
+pub(crate) fn stops_a_waiting_connect<F: Fixture>(fx: &F) {
+    let spec = Spec::new(4, 4096).with_close_timeout(Duration::from_secs(10));
+    let o = open(fx, &spec);
+    let a = &o.transport;
+    let b = open(fx, &Spec::new(4, 4096)).transport;
+    let desc = b.descriptor().expect("descriptor");
+    let plan = faults(&o);
+    plan.hold_registrations();
+    let connecting = a.add_remote_peer_async(&PeerId::from("b"), &desc);
+    assert!(plan.wait_connects_started(1, TIMEOUT));
+    a.close().expect("close");
+    assert!(
+        connecting.is_finished(),
+        "close returned with the connect still waiting (its close timeout ran out)"
+    );
+    assert_eq!(connecting.wait(), Err(Error::Closed));
+    assert!(a.peers().is_empty());
+    assert_eq!(plan.connected_peers(), 0);
+    plan.release_registrations();
 }
 
 /// Dropping a transport closes it: its peers and transfers are released.

@@ -153,6 +153,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(close::waits_for_running_transfer, FAULTS),
         case!(close::forced_close_frees_only_after_transfers_stop, FAULTS),
         case!(close::resolves_pending_registrations, FAULTS),
+        case!(close::stops_a_waiting_connect, FAULTS),
         case!(close::drop_closes, FAULTS),
         case!(target::write_after_close, REVOKE),
         case!(target::read_after_close, READ_REVOKE),

@@ -1,6 +1,6 @@
 //! [`FaultyBackend`]: forwards to the real backend, injecting what its [`FaultPlan`] says.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use blockwire_core::kit::Live;
@@ -37,6 +37,9 @@ pub const INJECTED: &str = "injected by FaultyBackend";
 pub struct FaultyBackend<B: Backend> {
     inner: B,
     plan: FaultPlan,
+    /// `Backend::stop_connecting` was called: a held connect gives up (unless the plan holds
+    /// registrations past close).
+    connecting_stopped: AtomicBool,
 }
 
 /// A peer of a [`FaultyBackend`].
@@ -90,7 +93,11 @@ impl<B: Backend> FaultyBackend<B> {
     /// # }
     /// ```
     pub fn new(inner: B, plan: FaultPlan) -> Self {
-        FaultyBackend { inner, plan }
+        FaultyBackend {
+            inner,
+            plan,
+            connecting_stopped: AtomicBool::new(false),
+        }
     }
 
     /// A transfer's state with the injected faults; `certain`: the inner backend's
@@ -178,9 +185,18 @@ impl<B: Backend> Backend for FaultyBackend<B> {
     fn connect(&self, remote: &PeerDescriptor) -> Result<Self::Peer, BackendError> {
         self.plan.0.connects_started.fetch_add(1, Ordering::SeqCst);
         {
-            let mut held = self.plan.0.registrations_held.lock();
+            let plan = &self.plan.0;
+            let mut held = plan.registrations_held.lock();
             while *held {
-                self.plan.0.registrations_cv.wait(&mut held);
+                if self.connecting_stopped.load(Ordering::SeqCst)
+                    && !plan.held_past_close.load(Ordering::SeqCst)
+                {
+                    return Err(BackendError::new(
+                        BackendErrorKind::Other,
+                        format!("{INJECTED}: a held connect, stopped by close"),
+                    ));
+                }
+                plan.registrations_cv.wait(&mut held);
             }
         }
         let inner = self.inner.connect(remote)?;
@@ -312,6 +328,14 @@ impl<B: Backend> Backend for FaultyBackend<B> {
 
     fn revoke(&self) {
         self.inner.revoke();
+    }
+
+    fn stop_connecting(&self) {
+        self.connecting_stopped.store(true, Ordering::SeqCst);
+        // Under the lock a held connect waits with: it cannot miss the wake-up.
+        let _held = self.plan.0.registrations_held.lock();
+        self.plan.0.registrations_cv.notify_all();
+        self.inner.stop_connecting();
     }
 
     fn assist(&self, budget: std::time::Duration) -> bool {

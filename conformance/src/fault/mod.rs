@@ -31,6 +31,8 @@ pub struct FaultPlan(Arc<Plan>);
 #[derive(Default)]
 struct Plan {
     registrations_held: Mutex<bool>,
+    /// Held connects ignore the transport's close (see [`FaultPlan::hold_registrations_past_close`]).
+    held_past_close: AtomicBool,
     registrations_cv: Condvar,
     connects_started: AtomicUsize,
     transfers_held: AtomicBool,
@@ -67,7 +69,8 @@ impl FaultPlan {
         Self::default()
     }
 
-    /// From now on, `connect` blocks until [`FaultPlan::release_registrations`]: a
+    /// From now on, `connect` blocks until [`FaultPlan::release_registrations`] (or until the
+    /// transport closes: it then fails, as a connect waiting for a peer is told to): a
     /// registration stays in flight as long as a test needs.
     ///
     /// ```
@@ -77,6 +80,20 @@ impl FaultPlan {
     /// ```
     pub fn hold_registrations(&self) {
         *self.0.registrations_held.lock() = true;
+    }
+
+    /// Like [`FaultPlan::hold_registrations`], and a held connect does not give up when the
+    /// transport closes (`Backend::stop_connecting`): a backend whose connect cannot be cut
+    /// short, which close waits for only until its close timeout.
+    ///
+    /// ```
+    /// let plan = blockwire_conformance::FaultPlan::new();
+    /// plan.hold_registrations_past_close();
+    /// plan.release_registrations();
+    /// ```
+    pub fn hold_registrations_past_close(&self) {
+        self.0.held_past_close.store(true, Ordering::SeqCst);
+        self.hold_registrations();
     }
 
     /// Lets held and later connects through.

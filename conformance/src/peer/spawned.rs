@@ -255,6 +255,45 @@ impl SpawnedPeer {
             .map_err(|e| format!("reaping the peer: {e}"))
     }
 
+    /// Stops the peer with `SIGSTOP` (a hung process: its sockets and mappings stay, nothing
+    /// of it runs) until [`SpawnedPeer::resume`]; a peer dropped while stopped is killed.
+    ///
+    /// ```no_run
+    /// use blockwire_conformance::peer::SpawnedPeer;
+    /// fn main() -> Result<(), String> {
+    ///     let mut p = SpawnedPeer::spawn("target/debug/blockwire-peer", "shm", 8, 4096, 1, "")?;
+    ///     p.stop()?;
+    ///     p.resume()?;
+    ///     p.quit()
+    /// }
+    /// ```
+    pub fn stop(&mut self) -> Fallible<()> {
+        self.signal(libc::SIGSTOP, "SIGSTOP")
+    }
+
+    /// Lets a peer [`stop`](SpawnedPeer::stop)ped go on (`SIGCONT`).
+    pub fn resume(&mut self) -> Fallible<()> {
+        self.signal(libc::SIGCONT, "SIGCONT")
+    }
+
+    fn signal(&mut self, signal: libc::c_int, name: &str) -> Fallible<()> {
+        let pid = libc::pid_t::try_from(self.pid()).map_err(|e| e.to_string())?;
+        if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!("{name}: the {} had exited ({status})", self.what));
+        }
+        // SAFETY: `kill` only sends a signal; `pid` is this handle's child, which had not
+        // exited just now and cannot be reaped meanwhile (only through `&mut self`), so the
+        // number is still its own.
+        if unsafe { libc::kill(pid, signal) } != 0 {
+            return Err(format!(
+                "{name} to the {} (pid {pid}): {}",
+                self.what,
+                std::io::Error::last_os_error()
+            ));
+        }
+        Ok(())
+    }
+
     /// Sends [`Request::Quit`] and waits (bounded) for a successful exit.
     ///
     /// ```no_run

@@ -252,6 +252,14 @@ pub trait Backend: Send + Sync + 'static {
     /// `revoke: false`.
     fn revoke(&self) {}
 
+    /// Called once by the transport's close, before it waits for the registration in flight:
+    /// a [`connect`](Backend::connect) that waits for the peer (ucx's waits for the peer's
+    /// answer to an identity check) should return soon, failed, rather than hold the close
+    /// (a stopped peer process answers nothing); a later `connect` may fail at once. Transfers
+    /// are not touched: close stops them next. The default does nothing, right for a backend
+    /// whose connect does not wait for the peer.
+    fn stop_connecting(&self) {}
+
     /// Lends the thread of a caller waiting in `poll_wait` to the backend's own queued work:
     /// runs one item that would otherwise wait for the backend's threads (shm: copies one
     /// queued transfer), and returns whether it did. The transport calls it instead of

@@ -79,11 +79,19 @@ pub(crate) fn check_identity(ucx: &Ucx, peer: &UcxPeer, identity: u64) -> Result
     answered
 }
 
-/// Waits for `cell` (the check's answer) to end, the endpoint to fail, or [`CHECK_TIMEOUT`].
+/// Waits for `cell` (the check's answer) to end, the endpoint to fail, the transport to
+/// close ([`Ucx::stop_connecting`]) or [`CHECK_TIMEOUT`].
 fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell) -> Result<(), BackendError> {
     let started = Instant::now();
     let mut nap = Duration::from_micros(10);
     while !cell.is_ended() {
+        if ucx.connecting_stopped() {
+            return Err(BackendError::new(
+                BackendErrorKind::Unsupported,
+                "the transport closed while its connect waited for the peer's answer to the \
+                 identity check",
+            ));
+        }
         // SAFETY: `health` lives as long as the peer.
         let status = unsafe { &*peer.health }.status.load(Ordering::Acquire);
         if status != UCS_OK {

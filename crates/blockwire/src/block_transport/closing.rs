@@ -23,9 +23,11 @@ impl<B: Backend> BlockTransport<B> {
             }
         }
         let deadline = Instant::now() + s.close_timeout;
-        // 1. No more registrations: the worker finishes the one it runs (it will not publish),
-        //    resolves the queued ones as `Closed`, and exits.
+        // 1. No more registrations: the worker finishes the one it runs (it will not publish;
+        //    a connect waiting for the peer is told to give up), resolves the queued ones as
+        //    `Closed`, and exits.
         drop(self.jobs.lock().take());
+        s.backend.stop_connecting();
         while let Ok(job) = self.queued.try_recv() {
             s.peers.lock().finish(&job.peer, job.generation, None);
             job.resolver.resolve(Err(Error::Closed));
