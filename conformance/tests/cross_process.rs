@@ -274,6 +274,7 @@ fn nixl_dead_peer() {
 /// How long a killed peer's transfers may take to surface in the dead-peer tests.
 /// (the default stall timeout, 5 s, plus margin: backends that do not notice a dead peer are
 /// cut by the watchdog after it).
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 const DEAD_PEER_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The dead-peer check (see `blockwire_conformance::dead_peer`) for one backend setting.
