@@ -83,7 +83,11 @@ pub(crate) fn forced_close_frees_only_after_transfers_stop<F: Fixture>(fx: &F) {
     let plan = faults(&o);
     plan.hold_transfers();
     a.write_blocks(&peer, &[0], &[0]).expect("write");
-    crate::support::posted(plan, 1);
+    // Handed over, not only begun: a post still inside the library when close gives up on
+    // the posting thread has no transfer yet for the count below (the likely cause of two
+    // failures on libfabric tcp-spin, "a running transfer was released", not reproduced in 60
+    // runs after).
+    crate::support::handed_over(a, plan, 1);
     let started = Instant::now();
     a.close().expect("close");
     let took = started.elapsed();
