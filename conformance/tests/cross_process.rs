@@ -277,19 +277,43 @@ fn nixl_dead_peer() {
 #[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 const DEAD_PEER_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The dead-peer check (see `blockwire_conformance::dead_peer`) for one backend setting.
+/// A check across processes (`blockwire_conformance`'s `*_with` functions: a transport from
+/// `open_any` here, peers from the `blockwire-peer` binary) for one backend setting, with
+/// [`DEAD_PEER_BOUND`]; panics with the check's error, prints its report.
 #[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
-fn dead_peer(backend: &str, opts: &str) {
-    let _one = one_dead_peer_check_at_a_time();
-    let report = blockwire_conformance::dead_peer::dead_peer_with(
+fn across<R: std::fmt::Debug>(
+    name: &str,
+    check: fn(
+        blockwire_conformance::peer::Opener,
+        &str,
+        &str,
+        &str,
+        std::time::Duration,
+    ) -> Result<R, String>,
+    backend: &str,
+    opts: &str,
+) {
+    let report = check(
         blockwire_conformance::peer::open_any,
         env!("CARGO_BIN_EXE_blockwire-peer"),
         backend,
         opts,
         DEAD_PEER_BOUND,
     )
-    .unwrap_or_else(|e| panic!("dead peer, {backend} {opts}: {e}"));
-    eprintln!("dead peer, {backend} {opts:?}: {report:?}");
+    .unwrap_or_else(|e| panic!("{name}, {backend} {opts}: {e}"));
+    eprintln!("{name}, {backend} {opts:?}: {report:?}");
+}
+
+/// The dead-peer check (see `blockwire_conformance::dead_peer`) for one backend setting.
+#[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
+fn dead_peer(backend: &str, opts: &str) {
+    let _one = one_dead_peer_check_at_a_time();
+    across(
+        "dead peer",
+        blockwire_conformance::dead_peer::dead_peer_with,
+        backend,
+        opts,
+    );
 }
 
 #[cfg(feature = "shm")]
@@ -356,15 +380,12 @@ fn libfabric_shm_dead_peer() {
 /// transfers running while it closes.
 #[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 fn target_side(backend: &str, opts: &str) {
-    let report = blockwire_conformance::target_side::target_side_with(
-        blockwire_conformance::peer::open_any,
-        env!("CARGO_BIN_EXE_blockwire-peer"),
+    across(
+        "target side",
+        blockwire_conformance::target_side::target_side_with,
         backend,
         opts,
-        DEAD_PEER_BOUND,
-    )
-    .unwrap_or_else(|e| panic!("target side, {backend} {opts}: {e}"));
-    eprintln!("target side, {backend} {opts:?}: {report:?}");
+    );
 }
 
 #[cfg(feature = "shm")]
@@ -427,15 +448,12 @@ fn nixl_target_side() {
 /// setting: each direction, and a notification to a target that closed.
 #[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 fn notifications(backend: &str, opts: &str) {
-    let report = blockwire_conformance::notify_across::notifications_with(
-        blockwire_conformance::peer::open_any,
-        env!("CARGO_BIN_EXE_blockwire-peer"),
+    across(
+        "notifications",
+        blockwire_conformance::notify_across::notifications_with,
         backend,
         opts,
-        DEAD_PEER_BOUND,
-    )
-    .unwrap_or_else(|e| panic!("notifications, {backend} {opts}: {e}"));
-    eprintln!("notifications, {backend} {opts:?}: {report:?}");
+    );
 }
 
 #[cfg(feature = "shm")]
@@ -527,15 +545,12 @@ fn ucx_tcp_stale_descriptor_of_an_exited_peer() {
 /// with one in flight returns promptly, and the peer, resumed, is intact and reachable.
 #[cfg(any(feature = "shm", feature = "ucx", feature = "libfabric"))]
 fn stopped_peer(backend: &str, opts: &str) {
-    let report = blockwire_conformance::stopped_peer::stopped_peer_with(
-        blockwire_conformance::peer::open_any,
-        env!("CARGO_BIN_EXE_blockwire-peer"),
+    across(
+        "stopped peer",
+        blockwire_conformance::stopped_peer::stopped_peer_with,
         backend,
         opts,
-        DEAD_PEER_BOUND,
-    )
-    .unwrap_or_else(|e| panic!("stopped peer, {backend} {opts}: {e}"));
-    eprintln!("stopped peer, {backend} {opts:?}: {report:?}");
+    );
 }
 
 #[cfg(feature = "shm")]

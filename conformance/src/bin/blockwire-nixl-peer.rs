@@ -3,8 +3,11 @@
 //! of itself): `blockwire_conformance::peer`'s protocol over a NIXL
 //! transport, in a binary that never loads Debian's UCX (NIXL brings its own).
 
+use std::time::Duration;
+
 use blockwire::BackendOptions;
 use blockwire::{BlockTransport, Region, Transport, TransportOptions};
+use blockwire_conformance::peer::Opener;
 
 /// Opens a NIXL transport (the backend name is ignored: this binary only speaks NIXL).
 fn open_nixl(
@@ -41,53 +44,42 @@ fn run(name: &str, check: impl FnOnce(&str) -> Result<String, String>) -> std::p
 }
 
 /// How long a killed peer's transfers may take to surface (NIXL notices within milliseconds).
-const DEAD_PEER_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
-/// How long transfers to a closed target may take to surface.
-const TARGET_SIDE_BOUND: std::time::Duration = std::time::Duration::from_secs(10);
+const DEAD_PEER_BOUND: Duration = Duration::from_secs(5);
+/// How long transfers to a closed target may take to surface, and an add of a stopped peer.
+const TARGET_SIDE_BOUND: Duration = Duration::from_secs(10);
+
+/// Runs one of the checks against children of this binary (a transport from `open_nixl`
+/// here), with `bound`, and reports it.
+fn check<R: std::fmt::Debug>(
+    name: &str,
+    with: fn(Opener, &str, &str, &str, Duration) -> Result<R, String>,
+    bound: Duration,
+) -> std::process::ExitCode {
+    run(name, |exe| {
+        with(open_nixl, exe, "nixl", "", bound).map(|r| format!("{r:?}"))
+    })
+}
 
 fn main() -> std::process::ExitCode {
+    use blockwire_conformance::{dead_peer, notify_across, stopped_peer, target_side};
     match std::env::args().nth(1).as_deref() {
         // Used by the tests: the checks against children of this binary.
-        Some("--dead-peer") => run("dead peer", |exe| {
-            blockwire_conformance::dead_peer::dead_peer_with(
-                open_nixl,
-                exe,
-                "nixl",
-                "",
-                DEAD_PEER_BOUND,
-            )
-            .map(|r| format!("{r:?}"))
-        }),
-        Some("--target-side") => run("target side", |exe| {
-            blockwire_conformance::target_side::target_side_with(
-                open_nixl,
-                exe,
-                "nixl",
-                "",
-                TARGET_SIDE_BOUND,
-            )
-            .map(|r| format!("{r:?}"))
-        }),
-        Some("--notifications") => run("notifications", |exe| {
-            blockwire_conformance::notify_across::notifications_with(
-                open_nixl,
-                exe,
-                "nixl",
-                "",
-                DEAD_PEER_BOUND,
-            )
-            .map(|r| format!("{r:?}"))
-        }),
-        Some("--stopped-peer") => run("stopped peer", |exe| {
-            blockwire_conformance::stopped_peer::stopped_peer_with(
-                open_nixl,
-                exe,
-                "nixl",
-                "",
-                TARGET_SIDE_BOUND,
-            )
-            .map(|r| format!("{r:?}"))
-        }),
+        Some("--dead-peer") => check("dead peer", dead_peer::dead_peer_with, DEAD_PEER_BOUND),
+        Some("--target-side") => check(
+            "target side",
+            target_side::target_side_with,
+            TARGET_SIDE_BOUND,
+        ),
+        Some("--notifications") => check(
+            "notifications",
+            notify_across::notifications_with,
+            DEAD_PEER_BOUND,
+        ),
+        Some("--stopped-peer") => check(
+            "stopped peer",
+            stopped_peer::stopped_peer_with,
+            TARGET_SIDE_BOUND,
+        ),
         Some("--drive") => run("cross-process", |exe| {
             blockwire_conformance::peer::drive_with(open_nixl, exe, "nixl", "")
                 .map(|()| "ok".into())
