@@ -1,12 +1,14 @@
 //! The ucx backend's address bytes: the UCP worker address, the packed remote key of the
 //! whole region, the worker's identity (the random number its handler answers a connect's
-//! check with, `crate::notify::hello`) and whether it answers, and the region the key covers
-//! (last, as in every backend's address), sealed ([`AddressWriter::sealed`]).
+//! check with, `crate::notify::hello`) and whether it answers, its process (pid and start
+//! time: a cut tells from it whether the peer can still answer, `UcxPeer::origin`), and the
+//! region the key covers (last, as in every backend's address), sealed
+//! ([`AddressWriter::sealed`]).
 
 use blockwire_core::kit::{AddressReader, AddressWriter};
 use blockwire_core::{BackendError, RegisteredRegion};
 
-const MAGIC: &[u8; 4] = b"UCX4";
+const MAGIC: &[u8; 4] = b"UCX5";
 /// Bound on each part, far above what UCX produces (a few hundred bytes).
 const MAX_PART: usize = 1 << 20;
 
@@ -24,6 +26,11 @@ pub(crate) struct UcxAddress {
     /// The worker answers that check unprompted (its backend has a progress thread); one
     /// that progresses only when its caller polls (`progress=caller`) is not checked.
     pub(crate) answers: bool,
+    /// The worker's process: its pid (0: unknown) and start time
+    /// (`blockwire_core::kit::process::start_time`), which with the pid names it even after
+    /// the pid is reused.
+    pub(crate) pid: u32,
+    pub(crate) start: u64,
 }
 
 impl UcxAddress {
@@ -33,6 +40,8 @@ impl UcxAddress {
             .bytes(&self.rkey)
             .u64(self.identity)
             .u8(u8::from(self.answers))
+            .u64(u64::from(self.pid))
+            .u64(self.start)
             .region(&self.region)
             .sealed()
     }
@@ -47,6 +56,9 @@ impl UcxAddress {
             1 => true,
             _ => return Err(r.bad("the answers flag is neither 0 nor 1")),
         };
+        let pid = r.u64("pid")?;
+        let pid = u32::try_from(pid).map_err(|_| r.bad("the pid is out of range"))?;
+        let start = r.u64("process start time")?;
         let region = r.region()?;
         if worker.is_empty() || rkey.is_empty() {
             return Err(r.bad("empty worker address or remote key"));
@@ -58,6 +70,8 @@ impl UcxAddress {
             region,
             identity,
             answers,
+            pid,
+            start,
         })
     }
 }
@@ -78,6 +92,8 @@ mod tests {
             },
             identity: 0x0123_4567_89ab_cdef,
             answers: true,
+            pid: 4242,
+            start: 99,
         };
         let bytes = a.to_bytes();
         assert_eq!(UcxAddress::from_bytes(&bytes), Ok(a));

@@ -80,6 +80,12 @@ pub(crate) unsafe fn close_endpoint(
     health: *const PeerHealth,
     force: bool,
 ) {
+    if ucx.is_halted() {
+        // Never progressed again: a close would not finish. The state stays with the worker.
+        // SAFETY: the Arc leaked for the endpoint's error callback, reclaimed once.
+        ucx.keep(Box::new(unsafe { Arc::from_raw(health) }));
+        return;
+    }
     let params = ucp_request_param_t {
         op_attr_mask: UCP_OP_ATTR_FIELD_FLAGS,
         flags: if force { UCP_EP_CLOSE_FLAG_FORCE } else { 0 },
@@ -136,6 +142,10 @@ pub(crate) unsafe fn force_close(peer: &UcxPeer) -> ForceClose {
     let Some(worker) = peer.ucx.worker() else {
         return ForceClose::Closed;
     };
+    if peer.ucx.is_halted() {
+        // Never progressed again: a close would not finish.
+        return ForceClose::TimedOut;
+    }
     // SAFETY: per this function's contract; the worker guard keeps them live.
     unsafe {
         if !peer.rkey.is_null() {

@@ -89,7 +89,7 @@
 //! | `progress` | `thread` | `thread` or `caller` (see above) |
 //! | `idle_sleep_us` | 100 | longest sleep of an idle progress thread: a passive target's latency against its CPU use |
 //! | `tcp_seg_bytes` | [`DEFAULT_TCP_SEG_BYTES`] (64 KiB), or `UCX_TCP_TX_SEG_SIZE` where set | the TCP transport's send segment, 8 KiB to 64 KiB (UCX's default is 8 KiB): the most a READ's answer or a put carries in one message; see [`tcp_tuning`] |
-//! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) and of no isolation between peers ([`Capabilities::isolates_peers`]: a peer process killed while it sends to this one, a READ's data or a WRITE's completion, can stop every peer's transfers until the transport is reopened) |
+//! | `peer_errors` | `true` | endpoints use `UCP_ERR_HANDLING_MODE_PEER`, so a dead peer fails transfers; UCX 1.13 then uses only transports that can detect peer failure, which excludes its shared-memory transports (`posix`, `sysv`, `self`): set `false` to use them, at the price of no disconnect detection ([`Capabilities::remote_disconnect`] is then false) and of no isolation between peers ([`Capabilities::isolates_peers`]: a peer process killed while it sends to this one, a READ's data or a WRITE's completion, can stop every peer's transfers until the transport is reopened; and a stalled peer that is still running, or whose process cannot be watched, is cut by halting the whole worker, so that it cannot answer a READ reported failed into the region: every later transfer fails until the transport is reopened, see `SECURITY.md`) |
 //!
 //! UCX's own `UCX_*` environment variables apply too; these options override them.
 //!
@@ -403,6 +403,8 @@ impl Backend for UcxBackend {
             region: RegisteredRegion::of(&self.span),
             identity: self.ucx.notifier().identity(),
             answers: self.ucx.mode == ProgressMode::Thread,
+            pid: self.ucx.process.0,
+            start: self.ucx.process.1,
         }
         .to_bytes()
     }

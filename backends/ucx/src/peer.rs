@@ -6,14 +6,14 @@ use std::ptr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI8, Ordering};
 
-use blockwire_core::kit::{CuttableLink, Doorbell, LinkHold, Live, TransferCell};
+use blockwire_core::kit::{CuttableLink, Doorbell, LinkHold, Live, ProcessWatch, TransferCell};
 use blockwire_core::{BackendError, BackendErrorKind, PeerDescriptor};
 use ucx_sys::*;
 
 use crate::address::UcxAddress;
 use crate::endpoint::{ForceClose, close_endpoint, close_peer, fail_posted, force_close};
 use crate::notify::check_identity;
-use crate::worker::{Ucx, Worker};
+use crate::worker::{Ucx, Worker, live_here};
 use crate::{UcxBackend, errors, revoked};
 
 /// A connected peer: an endpoint and the unpacked remote key of its region.
@@ -33,7 +33,46 @@ pub struct UcxPeer {
     /// endpoint under one; it also fails the transfers posted through it (UCX 1.13's forced
     /// close does not complete flushes already posted on the endpoint).
     pub(crate) link: CuttableLink<ForcedClose, TransferCell>,
+    /// Where the peer's worker runs, watched without peer error handling only (see
+    /// [`Origin`]).
+    pub(crate) origin: Origin,
     _live: Live,
+}
+
+/// Where a peer's worker runs, so that a cut whose endpoint UCX could not close can tell
+/// whether the peer may still answer the operations it abandons (without peer error
+/// handling: `fail_peer`).
+pub(crate) enum Origin {
+    /// A worker of this process, by its identity: gone once torn down.
+    ThisProcess(u64),
+    /// Another process, pinned by a pidfd: gone once it exited.
+    Process(ProcessWatch),
+    /// Not known (its descriptor named no process, or one this process cannot see: another
+    /// pid namespace, or one already gone at connect), or not watched (with peer error
+    /// handling UCX reports a dead peer itself).
+    Unknown,
+}
+
+impl Origin {
+    /// Watches where the worker of `addr` runs (peer error handling off only).
+    fn of(addr: &UcxAddress, ucx: &Ucx, peer_errors: bool) -> Origin {
+        if peer_errors || addr.pid == 0 {
+            return Origin::Unknown;
+        }
+        if (addr.pid, addr.start) == ucx.process {
+            return Origin::ThisProcess(addr.identity);
+        }
+        ProcessWatch::open(addr.pid, Some(addr.start)).map_or(Origin::Unknown, Origin::Process)
+    }
+
+    /// Whether the peer's worker is certainly gone, so it can answer nothing any more.
+    fn gone(&self) -> bool {
+        match self {
+            Origin::ThisProcess(identity) => !live_here(*identity),
+            Origin::Process(watch) => watch.has_exited(),
+            Origin::Unknown => false,
+        }
+    }
 }
 
 /// What `fail_peer`'s cut did to the endpoint: once cut, `close_peer` leaves the key and
@@ -103,6 +142,7 @@ impl UcxBackend {
     pub(crate) fn connect_peer(&self, desc: &PeerDescriptor) -> Result<UcxPeer, BackendError> {
         let addr = UcxAddress::from_bytes(&desc.address)?;
         addr.region.check(desc)?;
+        self.ucx.usable()?;
         let worker = self.ucx.worker().ok_or_else(revoked)?;
         let (idle, failed) = self.ucx.idle.take(&addr.worker);
         for e in failed {
@@ -129,6 +169,7 @@ impl UcxBackend {
             health,
             worker_address: addr.worker.clone().into_boxed_slice(),
             link: CuttableLink::new(ForcedClose::default()),
+            origin: Origin::of(&addr, &self.ucx, self.peer_errors),
             _live: self.counts.peer(),
         };
         drop(worker);
@@ -207,6 +248,13 @@ impl UcxBackend {
         {
             return true;
         }
+        if self.ucx.is_halted() {
+            // Another peer's cut halted the worker: it is never progressed again, so UCX
+            // touches none of this peer's buffers any more, and its transfers end here.
+            drop(link);
+            fail_posted(peer);
+            return true;
+        }
         // SAFETY: `health` lives as long as the peer. Later posts are refused from here on.
         let health = unsafe { &*peer.health };
         let _ = health.status.compare_exchange(
@@ -231,21 +279,37 @@ impl UcxBackend {
             }
             ForceClose::Refused(status) => {
                 // UCX 1.13 force-closes only endpoints with peer error handling: this one
-                // stays, with its operations (for a peer that died, or whose worker was
-                // destroyed, they never complete). Their transfers end here so that they
-                // surface; the worker, which still holds them, is never destroyed (UCX 1.13
-                // crashes destroying a worker with such operations), only never progressed
-                // again once revoked.
+                // stays, with its operations. Their transfers end here so that they surface;
+                // the worker, which still holds them, is never destroyed (UCX 1.13 crashes
+                // destroying a worker with such operations). If the peer's worker is gone (its
+                // process exited, or it was this process's and was torn down) they can never
+                // complete; otherwise the peer may answer them yet (a stopped process that
+                // resumes), and UCX would copy a READ's data into the region after its
+                // transfer was reported failed: the worker is then halted, never progressed
+                // again.
+                let gone = peer.origin.gone();
                 tracing::warn!(
                     error = %status_string(status),
+                    peer_gone = gone,
                     "ucx: the stalled peer's endpoint cannot be closed (no peer error \
-                     handling); its transfers are failed and its operations abandoned. \
-                     Without peer error handling peers are not isolated: where other peers \
-                     stall too, a peer killed while it sent to this process has stopped the \
-                     worker's shared-memory receive queue for all of them; reopen the \
-                     transport (or use peer_errors=true, or the shm backend)"
+                     handling); its transfers are failed and its operations abandoned. {}",
+                    if gone {
+                        "Without peer error handling peers are not isolated: where other \
+                         peers stall too, a peer killed while it sent to this process has \
+                         stopped the worker's shared-memory receive queue for all of them; \
+                         reopen the transport (or use peer_errors=true, or the shm backend)"
+                    } else {
+                        "The peer may still be running (stopped, or its transport closed \
+                         mid-transfer), and could answer them into the region: the worker is \
+                         halted, and every transfer of this transport fails; reopen it (or \
+                         use peer_errors=true, or the shm backend)"
+                    }
                 );
-                self.ucx.abandon();
+                if gone {
+                    self.ucx.abandon();
+                } else {
+                    self.ucx.halt();
+                }
                 fail_posted(peer);
             }
             ForceClose::TimedOut => {}

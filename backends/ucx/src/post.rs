@@ -20,6 +20,7 @@ impl UcxBackend {
         remote: &[BlockIndex],
     ) -> Result<UcxXfer, BackendError> {
         let link = peer.hold()?;
+        self.ucx.usable()?;
         // Held through the flush: the endpoint and key are the worker's.
         let worker = self.ucx.worker().ok_or_else(revoked)?;
         // Every index is checked before the first operation is posted. Blocks adjacent on

@@ -81,6 +81,9 @@ pub(crate) struct Ucx {
     live: RwLock<bool>,
     /// A cut left operations in the worker that UCX will never complete ([`Ucx::abandon`]).
     abandoned: AtomicBool,
+    /// A cut left operations in the worker that UCX must never complete ([`Ucx::halt`]):
+    /// the worker is never progressed again. Shared with the progress thread.
+    halted: Arc<AtomicBool>,
     /// The transport is closing (`Backend::stop_connecting`): a connect's identity check
     /// gives up its wait, and a later one fails at once.
     stop_connecting: AtomicBool,
@@ -92,6 +95,18 @@ pub(crate) struct Ucx {
     notifier: Arc<Notifier>,
     /// Endpoints of disconnected peers, open for the next connection to their worker.
     pub(crate) idle: IdleEndpoints,
+    /// This process's pid and start time (`(0, 0)` if `/proc` would not say), for
+    /// descriptors.
+    pub(crate) process: (u32, u64),
+}
+
+/// The identities of this process's workers that are not yet torn down: a cut of a peer in
+/// this process tells from it whether that peer's worker can still answer.
+static LIVE_WORKERS: Mutex<Vec<u64>> = Mutex::new(Vec::new());
+
+/// Whether this process has a worker of `identity` that is not torn down.
+pub(crate) fn live_here(identity: u64) -> bool {
+    LIVE_WORKERS.lock().contains(&identity)
 }
 
 /// Workers (and their contexts) left undestroyed ([`Ucx::abandon`]): kept here, reachable,
@@ -102,6 +117,7 @@ static ABANDONED: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 pub(crate) struct Worker<'a> {
     _live: RwLockReadGuard<'a, bool>,
     raw: ucp_worker_h,
+    halted: &'a AtomicBool,
 }
 
 impl Worker<'_> {
@@ -110,8 +126,11 @@ impl Worker<'_> {
         self.raw
     }
 
-    /// Progresses the worker once.
+    /// Progresses the worker once; nothing once it was halted ([`Ucx::halt`]).
     pub(crate) fn progress(&self) -> u32 {
+        if self.halted.load(Ordering::Acquire) {
+            return 0;
+        }
         // SAFETY: a live, thread-safe worker (the guard keeps revoke out).
         unsafe { ucp_worker_progress(self.raw) }
     }
@@ -192,12 +211,15 @@ impl Ucx {
             mode: settings.progress,
             live: RwLock::new(true),
             abandoned: AtomicBool::new(false),
+            halted: Arc::new(AtomicBool::new(false)),
             stop_connecting: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
             notifier,
             idle: IdleEndpoints::default(),
+            process: blockwire_core::kit::process::current().unwrap_or((0, 0)),
         };
         ucx.create_worker()?;
+        LIVE_WORKERS.lock().push(ucx.notifier.identity());
         let base = ucx.map_memory(memory)?;
         if settings.progress == ProgressMode::Thread {
             ucx.start_progress(settings.idle_sleep)?;
@@ -287,8 +309,12 @@ impl Ucx {
     /// Starts the thread that progresses the worker while nobody polls.
     fn start_progress(&mut self, idle_sleep: Duration) -> Result<(), BackendError> {
         let worker = WorkerPtr(self.worker);
+        let halted = self.halted.clone();
         let thread = ProgressThread::spawn("ucx", idle_sleep, move || {
             let worker = &worker;
+            if halted.load(Ordering::Acquire) {
+                return 0;
+            }
             // SAFETY: the worker outlives this thread: `Ucx::revoke` and `Ucx::drop` stop and
             // join it before they destroy the worker.
             unsafe { ucp_worker_progress(worker.0) as usize }
@@ -309,6 +335,7 @@ impl Ucx {
         (*live).then(|| Worker {
             _live: live,
             raw: self.worker,
+            halted: &self.halted,
         })
     }
 
@@ -341,6 +368,36 @@ impl Ucx {
         self.abandoned.store(true, Ordering::Release);
     }
 
+    /// Stops the worker for good, and abandons it ([`Ucx::abandon`]): a cut endpoint UCX
+    /// could not close holds operations whose transfers were reported failed, and whose peer
+    /// may still answer them (a stopped process that resumes: UCX would copy a READ's data
+    /// into the region inside a progress call, after the caller was told the READ failed).
+    /// So the worker is never progressed again, and the backend refuses new work
+    /// ([`Ucx::usable`]).
+    pub(crate) fn halt(&self) {
+        self.halted.store(true, Ordering::Release);
+        self.abandon();
+    }
+
+    /// Whether the worker was halted ([`Ucx::halt`]).
+    pub(crate) fn is_halted(&self) -> bool {
+        self.halted.load(Ordering::Acquire)
+    }
+
+    /// `Err` once the worker was halted ([`Ucx::halt`]): nothing posted on it would complete.
+    pub(crate) fn usable(&self) -> Result<(), BackendError> {
+        if self.is_halted() {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                "the transport's UCX worker stopped: a peer without peer error handling \
+                 (peer_errors=false), still running or of unknown state, stalled and was cut, \
+                 and UCX could still complete its operations into the region, so the worker \
+                 is never progressed again; reopen the transport",
+            ));
+        }
+        Ok(())
+    }
+
     /// Keeps `state` until the worker can no longer call back into it (destroyed, or never
     /// progressed again).
     pub(crate) fn keep(&self, state: Box<dyn std::any::Any + Send>) {
@@ -371,6 +428,9 @@ impl Ucx {
     ///
     /// No other call on the worker runs or will run, and this is called once.
     unsafe fn teardown_worker(&self, unmap: bool) {
+        LIVE_WORKERS
+            .lock()
+            .retain(|&w| w != self.notifier.identity());
         // Notifications arriving from here on (during the drain) are refused.
         self.notifier.close();
         if let Some(mut t) = self.progress.lock().take() {

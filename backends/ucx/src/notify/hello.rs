@@ -85,6 +85,7 @@ fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell) -> Result<(), BackendErr
     let started = Instant::now();
     let mut nap = Duration::from_micros(10);
     while !cell.is_ended() {
+        ucx.usable()?;
         if ucx.connecting_stopped() {
             return Err(BackendError::new(
                 BackendErrorKind::Unsupported,

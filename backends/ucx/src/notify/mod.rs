@@ -321,6 +321,7 @@ pub(crate) fn send(
 ) -> Result<UcxXfer, BackendError> {
     let link = peer.hold()?;
     let ucx = &backend.ucx;
+    ucx.usable()?;
     // Held through the send: the endpoint is the worker's.
     let worker = ucx.worker().ok_or_else(crate::revoked)?;
     let notifier = ucx.notifier();
