@@ -1,18 +1,22 @@
 //! The stopped-peer check: a peer process that does not run (stopped with `SIGSTOP`, as a hung
-//! process or a paused VM: its sockets accept, nothing answers) while this one registers it.
+//! process or a paused VM: its sockets accept, nothing answers) while this one moves blocks to
+//! and from it, and while this one registers it.
 //!
-//! A registration must end within a bound (connected, where the backend's connect does not
-//! wait for the peer, or failed as a connect error); a close while a registration of it is in
-//! flight must return promptly, not wait for that registration, and resolve it; and once the
-//! peer resumes it must be intact (it may have to answer what reached it meanwhile, from a
-//! transport that closed) and reachable from a new transport.
+//! Transfers posted to it must surface within a bound (done, where the backend needs nothing
+//! of the peer's threads, or failed, by the stall watchdog at the latest), and a READ reported
+//! failed must not land in this side's region once the peer resumes. A registration must end
+//! within the bound (connected, where the backend's connect does not wait for the peer, or
+//! failed as a connect error); a close while a registration of it is in flight must return
+//! promptly, not wait for that registration, and resolve it; and once the peer resumes it must
+//! be alive (it may have to answer what reached it meanwhile, from transports that closed)
+//! and reachable from a new transport.
 
 use std::time::{Duration, Instant};
 
-use blockwire::{Error, PeerId, Transport};
+use blockwire::{Error, FailureReason, PeerId, Transport};
 
-use crate::peer::{Opener, Request, SpawnedPeer};
-use crate::support::pattern;
+use crate::peer::{Opener, Reply, Request, SpawnedPeer};
+use crate::support::{Outcomes, pattern, record};
 
 type Fallible<T> = Result<T, String>;
 
@@ -27,6 +31,16 @@ pub const CLOSE_LIMIT: Duration = Duration::from_secs(3);
 /// What one run observed.
 #[derive(Debug, Clone)]
 pub struct StoppedPeerReport {
+    /// How the WRITE and the READ posted to the stopped peer ended: `Ok`, or the failure.
+    pub write: Result<(), FailureReason>,
+    /// See [`StoppedPeerReport::write`].
+    pub read: Result<(), FailureReason>,
+    /// From their post to the later of the two surfacing.
+    pub surfaced_after: Duration,
+    /// Whether both surfaced while the peer was stopped (the stall watchdog cut it, or they
+    /// needed nothing of it); otherwise they surfaced once it resumed (a backend that cannot
+    /// cut a peer: nixl).
+    pub surfaced_while_stopped: bool,
     /// How long `add_remote_peer` of the stopped peer took.
     pub add_took: Duration,
     /// How it ended: `Ok`, or the error's report (a connect error).
@@ -60,25 +74,35 @@ pub fn stopped_peer_with(
     bound: Duration,
 ) -> Fallible<StoppedPeerReport> {
     let mut peer = SpawnedPeer::spawn(exe, backend, BLOCKS, LEN, 2, opts)?;
-    let me = open(backend, BLOCKS, LEN, opts)?;
     let mut report = StoppedPeerReport {
+        write: Ok(()),
+        read: Ok(()),
+        surfaced_after: Duration::ZERO,
+        surfaced_while_stopped: false,
         add_took: Duration::ZERO,
         add: Ok(()),
         close_took: Duration::ZERO,
         pending: Ok(()),
     };
+    transfers(open, backend, opts, &mut peer, bound, &mut report)
+        .map_err(|e| format!("{backend} {opts:?}: {e}; {report:?}"))?;
+
+    let me = open(backend, BLOCKS, LEN, opts)?;
     peer.stop()?;
     let stopped = registrations(me.as_ref(), &peer, bound, &mut report);
     // Resumed whatever happened, so that a failure still lets it quit.
     peer.resume()?;
     stopped.map_err(|e| format!("{backend} {opts:?}: {e}; {report:?}"))?;
 
-    // Resumed: intact, and reachable from a new transport.
-    peer.expect_ok(&Request::Verify {
-        seed: 2,
-        written: vec![],
-    })
-    .map_err(|e| format!("{backend} {opts:?}: the resumed peer: {e}"))?;
+    // Resumed: alive (its READ source blocks untouched), and reachable from a new transport.
+    match peer.request(&Request::Holds { seed: 2 })? {
+        Reply::Holds { blocks } if blocks >= (BLOCKS / 2) as usize => {}
+        other => {
+            return Err(format!(
+                "{backend} {opts:?}: the resumed peer's own blocks: {other:?}"
+            ));
+        }
+    }
     let again = open(backend, BLOCKS, LEN, opts)?;
     let name = PeerId::from("resumed");
     again
@@ -106,6 +130,114 @@ pub fn stopped_peer_with(
     again.close().map_err(|e| e.report())?;
     peer.quit()?;
     Ok(report)
+}
+
+/// The local blocks a READ from the stopped peer goes to (from its blocks 4..8), and the
+/// blocks a WRITE to it comes from (to its blocks 0..4).
+const READ_INTO: std::ops::Range<u32> = 4..8;
+const WRITE_FROM: std::ops::Range<u32> = 0..4;
+/// The pattern of the local READ destinations before the READ.
+const CANARY: u8 = 203;
+
+/// A WRITE and a READ posted to the peer while it is stopped: both must surface within
+/// `bound`, or, where the backend cannot cut a peer (nixl), once the peer resumes; a READ
+/// that failed must not land afterwards, one that is done brought the peer's blocks, and a
+/// WRITE that is done is in the peer's region.
+fn transfers(
+    open: Opener,
+    backend: &str,
+    opts: &str,
+    peer: &mut SpawnedPeer,
+    bound: Duration,
+    report: &mut StoppedPeerReport,
+) -> Fallible<()> {
+    let me = open(backend, BLOCKS, LEN, opts)?;
+    for b in 0..BLOCKS {
+        let seed = if READ_INTO.contains(&b) { CANARY } else { 1 };
+        me.region()
+            .write_block(b, &pattern(seed, b, LEN))
+            .map_err(|e| e.report())?;
+    }
+    let name = PeerId::from("stopped");
+    me.add_remote_peer(&name, &peer.descriptor)
+        .map_err(|e| format!("adding the peer before it stopped: {}", e.report()))?;
+    let from: Vec<u32> = WRITE_FROM.collect();
+    let into: Vec<u32> = READ_INTO.collect();
+    peer.stop()?;
+    let started = Instant::now();
+    let posted = me
+        .write_blocks(&name, &from, &from)
+        .and_then(|w| Ok((w, me.read_blocks(&name, &into, &into)?)));
+    let mut seen = Outcomes::new();
+    let surfaced = posted.map_err(|e| e.report()).and_then(|(w, r)| {
+        surface(me.as_ref(), &name, &[w, r], bound, &mut seen).map(|all| (w, r, all))
+    });
+    report.surfaced_after = started.elapsed();
+    peer.resume()?;
+    let (write, read, all) = surfaced?;
+    report.surfaced_while_stopped = all;
+    // Where the backend could not cut the peer, its transfers end once it runs again.
+    if !all && !surface(me.as_ref(), &name, &[write, read], bound, &mut seen)? {
+        return Err(format!(
+            "transfers to the stopped peer surfaced neither within {bound:?} nor within \
+             {bound:?} of its resuming: {seen:?}"
+        ));
+    }
+    report.surfaced_after = started.elapsed();
+    report.write = seen[&write].clone();
+    report.read = seen[&read].clone();
+    // Whatever the resumed peer still sends for a failed READ has time to arrive.
+    let settle = Instant::now() + Duration::from_millis(500);
+    while Instant::now() < settle {
+        me.poll(None).map_err(|e| e.report())?;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut now = vec![0; LEN];
+    for b in READ_INTO {
+        me.region()
+            .read_block(b, &mut now)
+            .map_err(|e| e.report())?;
+        let (expected, what) = match report.read {
+            Ok(()) => (
+                pattern(2, b, LEN),
+                "the READ reported done did not bring the peer's",
+            ),
+            Err(_) => (
+                pattern(CANARY, b, LEN),
+                "the READ reported failed landed once the peer resumed, in",
+            ),
+        };
+        if now != expected {
+            return Err(format!("{what} block {b}"));
+        }
+    }
+    if report.write.is_ok() {
+        peer.expect_ok(&Request::Verify {
+            seed: 1,
+            written: from.iter().map(|&b| (b, b)).collect(),
+        })
+        .map_err(|e| format!("the WRITE reported done: {e}"))?;
+    }
+    me.close().map_err(|e| e.report())
+}
+
+/// Polls until each of `ids` is in `seen` (`true`), for at most `bound` (`false`).
+fn surface(
+    me: &dyn Transport,
+    name: &PeerId,
+    ids: &[blockwire::TransferId],
+    bound: Duration,
+    seen: &mut Outcomes,
+) -> Fallible<bool> {
+    let started = Instant::now();
+    while !ids.iter().all(|id| seen.contains_key(id)) {
+        if started.elapsed() > bound {
+            return Ok(false);
+        }
+        record(seen, me.poll(Some(name)).map_err(|e| e.report())?);
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    Ok(true)
 }
 
 /// While the peer is stopped: an add, bounded; then a close with a registration in flight.

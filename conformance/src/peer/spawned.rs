@@ -268,7 +268,20 @@ impl SpawnedPeer {
     /// }
     /// ```
     pub fn stop(&mut self) -> Fallible<()> {
-        self.signal(libc::SIGSTOP, "SIGSTOP")
+        self.signal(libc::SIGSTOP, "SIGSTOP")?;
+        // The signal is delivered asynchronously: wait until every thread is stopped.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !all_threads_stopped(self.pid()) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the {} (pid {}) did not stop within 5 s of SIGSTOP",
+                    self.what,
+                    self.pid()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
     }
 
     /// Lets a peer [`stop`](SpawnedPeer::stop)ped go on (`SIGCONT`).
@@ -327,6 +340,20 @@ impl SpawnedPeer {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // After the name, which is in parentheses and may hold anything.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    })
 }
 
 /// Each thread of process `pid` as `name (state, kernel wait channel)`, from `/proc`.
