@@ -84,6 +84,9 @@ pub(crate) struct Ucx {
     /// A cut left operations in the worker that UCX must never complete ([`Ucx::halt`]):
     /// the worker is never progressed again. Shared with the progress thread.
     halted: Arc<AtomicBool>,
+    /// Held shared by each progress call, from its check of `halted` to its return: `halt`
+    /// takes it exclusively, so that no call that missed the halt is still running after it.
+    progressing: Arc<RwLock<()>>,
     /// The transport is closing (`Backend::stop_connecting`): a connect's identity check
     /// gives up its wait, and a later one fails at once.
     stop_connecting: AtomicBool,
@@ -118,6 +121,7 @@ pub(crate) struct Worker<'a> {
     _live: RwLockReadGuard<'a, bool>,
     raw: ucp_worker_h,
     halted: &'a AtomicBool,
+    progressing: &'a RwLock<()>,
 }
 
 impl Worker<'_> {
@@ -128,6 +132,7 @@ impl Worker<'_> {
 
     /// Progresses the worker once; nothing once it was halted ([`Ucx::halt`]).
     pub(crate) fn progress(&self) -> u32 {
+        let _progressing = self.progressing.read();
         if self.halted.load(Ordering::Acquire) {
             return 0;
         }
@@ -212,6 +217,7 @@ impl Ucx {
             live: RwLock::new(true),
             abandoned: AtomicBool::new(false),
             halted: Arc::new(AtomicBool::new(false)),
+            progressing: Arc::new(RwLock::new(())),
             stop_connecting: AtomicBool::new(false),
             kept: Mutex::new(Vec::new()),
             notifier,
@@ -310,8 +316,10 @@ impl Ucx {
     fn start_progress(&mut self, idle_sleep: Duration) -> Result<(), BackendError> {
         let worker = WorkerPtr(self.worker);
         let halted = self.halted.clone();
+        let progressing = self.progressing.clone();
         let thread = ProgressThread::spawn("ucx", idle_sleep, move || {
             let worker = &worker;
+            let _progressing = progressing.read();
             if halted.load(Ordering::Acquire) {
                 return 0;
             }
@@ -336,6 +344,7 @@ impl Ucx {
             _live: live,
             raw: self.worker,
             halted: &self.halted,
+            progressing: &self.progressing,
         })
     }
 
@@ -373,9 +382,13 @@ impl Ucx {
     /// may still answer them (a stopped process that resumes: UCX would copy a READ's data
     /// into the region inside a progress call, after the caller was told the READ failed).
     /// So the worker is never progressed again, and the backend refuses new work
-    /// ([`Ucx::usable`]).
+    /// ([`Ucx::usable`]). Waits for a progress call in flight; never called from inside one
+    /// (the stall watchdog's cut runs in a caller's `poll` or `cancel`).
     pub(crate) fn halt(&self) {
         self.halted.store(true, Ordering::Release);
+        // Waits for the progress calls that checked before the store: once this returns, no
+        // progress call runs or will.
+        drop(self.progressing.write());
         self.abandon();
     }
 
