@@ -45,6 +45,9 @@ pub struct StoppedPeerReport {
     pub add_took: Duration,
     /// How it ended: `Ok`, or the error's report (a connect error).
     pub add: Result<(), String>,
+    /// How long a registration of the stopped peer took to resolve once the peer was removed
+    /// (`Superseded`), or `None` where it had connected before.
+    pub removed_after: Option<Duration>,
     /// How long close took with a registration of the stopped peer in flight.
     pub close_took: Duration,
     /// How that registration resolved: `Ok` where it connected before the close, else the
@@ -81,6 +84,7 @@ pub fn stopped_peer_with(
         surfaced_while_stopped: false,
         add_took: Duration::ZERO,
         add: Ok(()),
+        removed_after: None,
         close_took: Duration::ZERO,
         pending: Ok(()),
     };
@@ -260,8 +264,30 @@ fn registrations(
             report.add_took
         ));
     }
-    let pending = me.add_remote_peer_async(&PeerId::from("stopped again"), &peer.descriptor);
+    // Removed while its connect waits: the registration resolves promptly.
+    let removed = PeerId::from("removed");
+    let pending = me.add_remote_peer_async(&removed, &peer.descriptor);
     // Long enough for the registration worker to be inside the connect.
+    std::thread::sleep(Duration::from_millis(200));
+    if !pending.is_finished() {
+        let started = Instant::now();
+        me.remove_remote_peer(&removed).map_err(|e| e.report())?;
+        let resolved = pending.wait_timeout(bound).map_err(|_| {
+            format!("the registration of a removed peer still pending {bound:?} after the remove")
+        })?;
+        let took = started.elapsed();
+        report.removed_after = Some(took);
+        if !matches!(resolved, Err(Error::Superseded { .. })) {
+            return Err(format!("a removed registration ended as {resolved:?}"));
+        }
+        if took > CLOSE_LIMIT {
+            return Err(format!(
+                "a registration of a stopped peer took {took:?} to resolve once removed \
+                 (limit {CLOSE_LIMIT:?})"
+            ));
+        }
+    }
+    let pending = me.add_remote_peer_async(&PeerId::from("stopped again"), &peer.descriptor);
     std::thread::sleep(Duration::from_millis(200));
     let started = Instant::now();
     me.close().map_err(|e| e.report())?;

@@ -567,8 +567,8 @@ fn shm_stopped_peer() {
 }
 
 /// ucx's connect waits for the peer's worker to answer its identity check: the add fails
-/// once it has waited 5 s; a close stops that wait (before `Backend::stop_connecting` it sat
-/// it out: 6.8 s).
+/// once it has waited 5 s; a remove of the peer (`Backend::cancel_connect`) and a close
+/// (`Backend::stop_connecting`) stop that wait (before, a close sat it out: 6.8 s).
 #[cfg(feature = "ucx")]
 #[test]
 fn ucx_tcp_stopped_peer() {

@@ -17,8 +17,9 @@
 //!   transfer used to pay, and a round trip: 0.7 to 1.2 ms to a new worker on the
 //!   development machine, 0.1 ms through an idle endpoint kept from an earlier peer. A
 //!   worker that does not answer (a stopped process) fails the connect after 5 s, meanwhile
-//!   holding the transport's registration worker (later adds queue behind it); the
-//!   transport's close stops that wait at once, but then takes about 2 s, as the worker's
+//!   holding the transport's registration worker (later adds queue behind it); removing or
+//!   adding the peer again stops that wait at once, and so does the transport's close,
+//!   which then takes about 2 s, as the worker's
 //!   teardown waits that long for what it queued for the silent peer and then leaves the
 //!   worker undestroyed, never progressed again (`stopped_peer` across processes). A target
 //!   opened with `progress=caller` answers only while polled, so its descriptors say so and
@@ -461,6 +462,10 @@ impl Backend for UcxBackend {
 
     fn stop_connecting(&self) {
         self.ucx.stop_connecting();
+    }
+
+    fn cancel_connect(&self) {
+        self.ucx.cancel_connect();
     }
 
     fn release(&self, xfer: UcxXfer) -> Result<(), UcxXfer> {

@@ -140,6 +140,8 @@ impl UcxPeer {
 impl UcxBackend {
     /// `Backend::connect`: an endpoint to the worker the descriptor names, and its key.
     pub(crate) fn connect_peer(&self, desc: &PeerDescriptor) -> Result<UcxPeer, BackendError> {
+        // Read first: a cancel from here on is this connect's.
+        let cancels = self.ucx.connects_cancelled();
         let addr = UcxAddress::from_bytes(&desc.address)?;
         addr.region.check(desc)?;
         self.ucx.usable()?;
@@ -184,7 +186,7 @@ impl UcxBackend {
         }
         if addr.answers {
             // Before any put: a stale descriptor's worker must not serve one.
-            if let Err(e) = check_identity(&self.ucx, &peer, addr.identity) {
+            if let Err(e) = check_identity(&self.ucx, &peer, addr.identity, cancels) {
                 tracing::warn!(error = %e, "ucx: connect refused: the identity check failed");
                 close_peer(peer);
                 return Err(e);

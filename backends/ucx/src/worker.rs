@@ -3,7 +3,7 @@
 use std::ffi::CString;
 use std::ptr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use blockwire_core::kit::ProgressThread;
@@ -90,6 +90,9 @@ pub(crate) struct Ucx {
     /// The transport is closing (`Backend::stop_connecting`): a connect's identity check
     /// gives up its wait, and a later one fails at once.
     stop_connecting: AtomicBool,
+    /// `Backend::cancel_connect` calls: a connect's identity check that started before one
+    /// gives up its wait.
+    connects_cancelled: AtomicU64,
     /// State callbacks of the worker's endpoints may still use (an endpoint whose close did
     /// not finish): freed once the worker can no longer call back.
     kept: Mutex<Vec<Box<dyn std::any::Any + Send>>>,
@@ -219,6 +222,7 @@ impl Ucx {
             halted: Arc::new(AtomicBool::new(false)),
             progressing: Arc::new(RwLock::new(())),
             stop_connecting: AtomicBool::new(false),
+            connects_cancelled: AtomicU64::new(0),
             kept: Mutex::new(Vec::new()),
             notifier,
             idle: IdleEndpoints::default(),
@@ -363,6 +367,18 @@ impl Ucx {
     /// Makes connects waiting for a peer give up (the transport is closing).
     pub(crate) fn stop_connecting(&self) {
         self.stop_connecting.store(true, Ordering::Release);
+    }
+
+    /// Makes the connect in flight give up waiting for its peer (its registration was
+    /// superseded); later ones are not affected ([`Ucx::connects_cancelled`]).
+    pub(crate) fn cancel_connect(&self) {
+        self.connects_cancelled.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many times [`Ucx::cancel_connect`] was called: a connect reads it when it starts,
+    /// and gives up its wait once it changed.
+    pub(crate) fn connects_cancelled(&self) -> u64 {
+        self.connects_cancelled.load(Ordering::Acquire)
     }
 
     /// Whether connects should give up waiting for a peer ([`Ucx::stop_connecting`]).

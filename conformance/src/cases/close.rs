@@ -122,7 +122,7 @@ pub(crate) fn resolves_pending_registrations<F: Fixture>(fx: &F) {
     let b = open(fx, &Spec::new(4, 4096)).transport;
     let desc = b.descriptor().expect("descriptor");
     let plan = faults(&o);
-    plan.hold_registrations_past_close();
+    plan.hold_registrations_uninterruptibly();
     let connecting = a.add_remote_peer_async(&PeerId::from("b1"), &desc);
     assert!(plan.wait_connects_started(1, TIMEOUT));
     let queued = a.add_remote_peer_async(&PeerId::from("b2"), &desc);

@@ -117,6 +117,7 @@ pub(crate) fn all<F: Fixture>() -> Vec<Case<F>> {
         case!(cancel::wait_while_release_busy, FAULTS),
         case!(cancel::immediate_defers_release_of_running, FAULTS),
         case!(registration::remove_supersedes_in_flight, FAULTS),
+        case!(registration::superseded_connect_gives_up, FAULTS),
         case!(registration::second_supersedes_first, FAULTS),
         case!(registration::remove_does_not_wait, FAULTS),
         case!(registration::handle_is_a_future, PLAIN),

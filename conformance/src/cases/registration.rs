@@ -63,6 +63,44 @@ pub(crate) fn remove_supersedes_in_flight<F: Fixture>(fx: &F) {
     assert_eq!(a.remove_remote_peer(&peer), Err(Error::UnknownPeer(peer)));
 }
 
+/// A registration superseded while its connect waits for the peer (removed, or added again)
+/// tells that connect to give up (`Backend::cancel_connect`; ucx's waits up to 5 s for a
+/// stopped peer's answer): its handle resolves `Superseded` while connects are still held,
+/// and the registration worker moves on to the next.
+///
+/// Rules: R-ADD-SUPERSEDED, R-REMOVE.
+pub(crate) fn superseded_connect_gives_up<F: Fixture>(fx: &F) {
+    let Held {
+        a: opened,
+        _b: b,
+        peer,
+        handle,
+    } = held_registration(fx);
+    let (a, plan) = (&opened.transport, faults(&opened));
+    let desc = b.descriptor().expect("descriptor");
+    a.remove_remote_peer(&peer).expect("remove");
+    let removed = handle.wait_timeout(TIMEOUT);
+    assert!(
+        matches!(removed, Ok(Err(Error::Superseded { .. }))),
+        "a removed registration's connect went on waiting: {removed:?}"
+    );
+    let first = a.add_remote_peer_async(&peer, &desc);
+    assert!(plan.wait_connects_started(2, TIMEOUT));
+    let second = a.add_remote_peer_async(&peer, &desc);
+    let first = first.wait_timeout(TIMEOUT);
+    assert!(
+        matches!(first, Ok(Err(Error::Superseded { .. }))),
+        "a registration added again went on waiting: {first:?}"
+    );
+    assert!(
+        plan.wait_connects_started(3, TIMEOUT),
+        "the worker did not move on"
+    );
+    plan.release_registrations();
+    assert_eq!(second.wait(), Ok(()));
+    assert_eq!(a.peers(), vec![peer]);
+}
+
 /// Two registrations of one id: the first is superseded, the second is in effect and its
 /// descriptor is the one used.
 ///

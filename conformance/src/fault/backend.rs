@@ -1,6 +1,6 @@
 //! [`FaultyBackend`]: forwards to the real backend, injecting what its [`FaultPlan`] says.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use blockwire_core::kit::Live;
@@ -38,8 +38,11 @@ pub struct FaultyBackend<B: Backend> {
     inner: B,
     plan: FaultPlan,
     /// `Backend::stop_connecting` was called: a held connect gives up (unless the plan holds
-    /// registrations past close).
+    /// registrations uninterruptibly).
     connecting_stopped: AtomicBool,
+    /// `Backend::cancel_connect` calls: a held connect that started before one gives up
+    /// (unless the plan holds registrations uninterruptibly).
+    connects_cancelled: AtomicU64,
 }
 
 /// A peer of a [`FaultyBackend`].
@@ -97,6 +100,7 @@ impl<B: Backend> FaultyBackend<B> {
             inner,
             plan,
             connecting_stopped: AtomicBool::new(false),
+            connects_cancelled: AtomicU64::new(0),
         }
     }
 
@@ -136,6 +140,13 @@ impl<B: Backend> FaultyBackend<B> {
 
     fn disconnected(&self) -> bool {
         self.plan.0.disconnected.load(Ordering::SeqCst)
+    }
+
+    /// Wakes a held connect to look at why it might give up, under the lock it waits with (so
+    /// it cannot miss the wake-up).
+    fn wake_held_connects(&self) {
+        let _held = self.plan.0.registrations_held.lock();
+        self.plan.0.registrations_cv.notify_all();
     }
 
     /// What `post` and `notify` say while every peer counts as disconnected.
@@ -187,14 +198,22 @@ impl<B: Backend> Backend for FaultyBackend<B> {
         {
             let plan = &self.plan.0;
             let mut held = plan.registrations_held.lock();
+            let cancels = self.connects_cancelled.load(Ordering::SeqCst);
             while *held {
-                if self.connecting_stopped.load(Ordering::SeqCst)
-                    && !plan.held_past_close.load(Ordering::SeqCst)
-                {
-                    return Err(BackendError::new(
-                        BackendErrorKind::Other,
-                        format!("{INJECTED}: a held connect, stopped by close"),
-                    ));
+                if !plan.uninterruptible.load(Ordering::SeqCst) {
+                    let why = if self.connecting_stopped.load(Ordering::SeqCst) {
+                        Some("stopped by close")
+                    } else if self.connects_cancelled.load(Ordering::SeqCst) != cancels {
+                        Some("cancelled (its registration was superseded)")
+                    } else {
+                        None
+                    };
+                    if let Some(why) = why {
+                        return Err(BackendError::new(
+                            BackendErrorKind::Other,
+                            format!("{INJECTED}: a held connect, {why}"),
+                        ));
+                    }
                 }
                 plan.registrations_cv.wait(&mut held);
             }
@@ -332,10 +351,14 @@ impl<B: Backend> Backend for FaultyBackend<B> {
 
     fn stop_connecting(&self) {
         self.connecting_stopped.store(true, Ordering::SeqCst);
-        // Under the lock a held connect waits with: it cannot miss the wake-up.
-        let _held = self.plan.0.registrations_held.lock();
-        self.plan.0.registrations_cv.notify_all();
+        self.wake_held_connects();
         self.inner.stop_connecting();
+    }
+
+    fn cancel_connect(&self) {
+        self.connects_cancelled.fetch_add(1, Ordering::SeqCst);
+        self.wake_held_connects();
+        self.inner.cancel_connect();
     }
 
     fn assist(&self, budget: std::time::Duration) -> bool {

@@ -31,8 +31,9 @@ pub struct FaultPlan(Arc<Plan>);
 #[derive(Default)]
 struct Plan {
     registrations_held: Mutex<bool>,
-    /// Held connects ignore the transport's close (see [`FaultPlan::hold_registrations_past_close`]).
-    held_past_close: AtomicBool,
+    /// Held connects ignore the transport's close and cancels (see
+    /// [`FaultPlan::hold_registrations_uninterruptibly`]).
+    uninterruptible: AtomicBool,
     registrations_cv: Condvar,
     connects_started: AtomicUsize,
     transfers_held: AtomicBool,
@@ -70,8 +71,9 @@ impl FaultPlan {
     }
 
     /// From now on, `connect` blocks until [`FaultPlan::release_registrations`] (or until the
-    /// transport closes: it then fails, as a connect waiting for a peer is told to): a
-    /// registration stays in flight as long as a test needs.
+    /// transport closes or its registration is superseded: it then fails, as a connect
+    /// waiting for a peer is told to): a registration stays in flight as long as a test
+    /// needs.
     ///
     /// ```
     /// let plan = blockwire_conformance::FaultPlan::new();
@@ -82,17 +84,18 @@ impl FaultPlan {
         *self.0.registrations_held.lock() = true;
     }
 
-    /// Like [`FaultPlan::hold_registrations`], and a held connect does not give up when the
-    /// transport closes (`Backend::stop_connecting`): a backend whose connect cannot be cut
-    /// short, which close waits for only until its close timeout.
+    /// Like [`FaultPlan::hold_registrations`], and a held connect gives up neither when the
+    /// transport closes (`Backend::stop_connecting`) nor when its registration is superseded
+    /// (`Backend::cancel_connect`): a backend whose connect cannot be cut short, which close
+    /// waits for only until its close timeout.
     ///
     /// ```
     /// let plan = blockwire_conformance::FaultPlan::new();
-    /// plan.hold_registrations_past_close();
+    /// plan.hold_registrations_uninterruptibly();
     /// plan.release_registrations();
     /// ```
-    pub fn hold_registrations_past_close(&self) {
-        self.0.held_past_close.store(true, Ordering::SeqCst);
+    pub fn hold_registrations_uninterruptibly(&self) {
+        self.0.uninterruptible.store(true, Ordering::SeqCst);
         self.hold_registrations();
     }
 

@@ -260,6 +260,15 @@ pub trait Backend: Send + Sync + 'static {
     /// whose connect does not wait for the peer.
     fn stop_connecting(&self) {}
 
+    /// Called when the registration that the connect in flight serves was superseded (its
+    /// peer removed, or added again): that connect may give up and fail, as its peer will not
+    /// be published; a connect that starts later must not be affected. Best effort: one that
+    /// starts just after the call may run on, and its result is discarded. The transport has
+    /// one registration worker, so at most one connect is in flight, and this is called only
+    /// while it runs. The default does nothing, right for a backend whose connect does not
+    /// wait for the peer.
+    fn cancel_connect(&self) {}
+
     /// Lends the thread of a caller waiting in `poll_wait` to the backend's own queued work:
     /// runs one item that would otherwise wait for the backend's threads (shm: copies one
     /// queued transfer), and returns whether it did. The transport calls it instead of

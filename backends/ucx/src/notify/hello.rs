@@ -47,8 +47,15 @@ const HELLO_LEN: usize = SEQ_LEN + 8;
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Checks that the worker at the far end of `peer`'s endpoint has `identity` (see the module
-/// docs); `Ok` once it answered so. Waits for the answer, progressing the worker meanwhile.
-pub(crate) fn check_identity(ucx: &Ucx, peer: &UcxPeer, identity: u64) -> Result<(), BackendError> {
+/// docs); `Ok` once it answered so. Waits for the answer, progressing the worker meanwhile;
+/// gives up once the connect is cancelled (`cancels`: [`Ucx::connects_cancelled`] when it
+/// started) or the transport closes.
+pub(crate) fn check_identity(
+    ucx: &Ucx,
+    peer: &UcxPeer,
+    identity: u64,
+    cancels: u64,
+) -> Result<(), BackendError> {
     let notifier = ucx.notifier();
     let cell = Arc::new(TransferCell::running());
     // Expected before it is sent: the answer may come before the send returns.
@@ -73,15 +80,16 @@ pub(crate) fn check_identity(ucx: &Ucx, peer: &UcxPeer, identity: u64) -> Result
     };
     let answered = sent.and_then(|()| {
         ucx.kick();
-        wait(ucx, peer, &cell)
+        wait(ucx, peer, &cell, cancels)
     });
     notifier.forget(seq);
     answered
 }
 
 /// Waits for `cell` (the check's answer) to end, the endpoint to fail, the transport to
-/// close ([`Ucx::stop_connecting`]) or [`CHECK_TIMEOUT`].
-fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell) -> Result<(), BackendError> {
+/// close ([`Ucx::stop_connecting`]), the connect to be cancelled ([`Ucx::cancel_connect`]) or
+/// [`CHECK_TIMEOUT`].
+fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell, cancels: u64) -> Result<(), BackendError> {
     let started = Instant::now();
     let mut nap = Duration::from_micros(10);
     while !cell.is_ended() {
@@ -91,6 +99,13 @@ fn wait(ucx: &Ucx, peer: &UcxPeer, cell: &TransferCell) -> Result<(), BackendErr
                 BackendErrorKind::Unsupported,
                 "the transport closed while its connect waited for the peer's answer to the \
                  identity check",
+            ));
+        }
+        if ucx.connects_cancelled() != cancels {
+            return Err(BackendError::new(
+                BackendErrorKind::Other,
+                "the registration was superseded (its peer removed or added again) while its \
+                 connect waited for the peer's answer to the identity check",
             ));
         }
         // SAFETY: `health` lives as long as the peer.

@@ -64,6 +64,8 @@ struct Shared<B: Backend> {
     /// they are live though the backend does not count them yet.
     in_post: AtomicUsize,
     peers: Mutex<PeerTable<B>>,
+    /// The peer whose registration the worker is connecting right now.
+    connecting: Mutex<Option<PeerId>>,
     inflight: Inflight<B>,
     next_id: AtomicU64,
     fingerprint: String,
@@ -213,6 +215,7 @@ impl<B: Backend> Transport for BlockTransport<B> {
             None => Err(Error::UnknownPeer(peer.clone())),
             Some(conn) => {
                 tracing::info!(%peer, "peer removed");
+                s.supersede_connect(peer);
                 if let Some(conn) = conn {
                     s.retire(conn);
                 }

@@ -86,6 +86,7 @@ impl<B: Backend> BlockTransport<B> {
             closed: AtomicBool::new(false),
             in_post: AtomicUsize::new(0),
             peers: Mutex::new(PeerTable::new()),
+            connecting: Mutex::new(None),
             inflight: Inflight::new(options.stall_timeout, options.clock, telemetry.clone()),
             next_id: AtomicU64::new(1),
             fingerprint,

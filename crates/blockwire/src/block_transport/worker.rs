@@ -45,6 +45,7 @@ impl<B: Backend> BlockTransport<B> {
             return Registration::ready(Err(Error::Closed));
         };
         let generation = s.peers.lock().claim(peer);
+        s.supersede_connect(peer);
         let (handle, resolver) = Registration::pending();
         let job = Job {
             peer: peer.clone(),
@@ -62,6 +63,17 @@ impl<B: Backend> BlockTransport<B> {
 }
 
 impl<B: Backend> Shared<B> {
+    /// `peer`'s registration in flight, if any, was just superseded (removed, or claimed
+    /// again): tells the backend its connect may give up. Under the lock the worker sets and
+    /// clears, so the call never reaches a later connect.
+    pub(super) fn supersede_connect(&self, peer: &PeerId) {
+        let connecting = self.connecting.lock();
+        if connecting.as_ref() == Some(peer) {
+            tracing::debug!(%peer, "registration superseded while connecting: connect told to give up");
+            self.backend.cancel_connect();
+        }
+    }
+
     /// The worker's half of a registration: connect (unless already stale), then publish
     /// only if the generation is still the one claimed.
     fn register(&self, job: Job) {
@@ -75,8 +87,13 @@ impl<B: Backend> Shared<B> {
             !self.closed.load(Ordering::SeqCst) && self.peers.lock().is_current(&peer, generation);
         // The slow part runs under no lock.
         let connected = current.then(|| {
+            *self.connecting.lock() = Some(peer.clone());
             // A backend that panics on a peer's input fails this registration, not the worker.
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.backend.connect(&desc)))
+            let connected = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.backend.connect(&desc)
+            }));
+            *self.connecting.lock() = None;
+            connected
                 .unwrap_or_else(|_| {
                     Err(blockwire_core::BackendError::other(
                         "the backend panicked while connecting",
