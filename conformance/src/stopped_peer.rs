@@ -22,8 +22,9 @@ type Fallible<T> = Result<T, String>;
 
 const BLOCKS: u32 = 8;
 const LEN: usize = 64 << 10;
-/// The longest a close with a registration of the stopped peer in flight may take: less than
-/// a connect's wait for an answer (ucx: 5 s), which close must not sit out. (ucx's close
+/// The longest a close with a registration of the stopped peer in flight may take, and a
+/// registration of it to resolve once the peer was removed: less than a connect's wait for
+/// an answer (ucx: 5 s), which neither may sit out. (ucx's close
 /// takes about 2 s here: its teardown waits that long for the messages its worker queued for
 /// the stopped peer, then leaves the worker undestroyed, never progressed again.)
 pub const CLOSE_LIMIT: Duration = Duration::from_secs(3);
@@ -56,8 +57,8 @@ pub struct StoppedPeerReport {
 }
 
 /// Runs the check for `backend` with transports from `open` and a peer from `exe` (a binary
-/// serving [`crate::peer`]'s protocol). `bound` is how long an `add_remote_peer` of the
-/// stopped peer may take; the close must take at most [`CLOSE_LIMIT`].
+/// serving [`crate::peer`]'s protocol). `bound` is how long transfers to the stopped peer and
+/// an `add_remote_peer` of it may take; the close and the remove, at most [`CLOSE_LIMIT`].
 ///
 /// ```no_run
 /// use std::time::Duration;
