@@ -416,11 +416,11 @@ pub trait Transport: Send + Sync {
 
     /// Stops registrations (a connect waiting for its peer, as ucx's does for a peer process
     /// that does not run, gives up rather than hold the close), cancels what is in flight,
-    /// waits (bounded by the close timeout) for running transfers to stop, releases every peer, and revokes every peer's access to
-    /// the local region: once close returns, no peer's WRITE lands in the region and no
-    /// peer's READ reads it (their transfers fail or are refused), so memory the caller owns
-    /// may be freed. A backend whose library cannot stop a same-host peer says so in
-    /// [`Capabilities::revoke`]. Idempotent.
+    /// waits (bounded by the close timeout) for running transfers to stop, releases every
+    /// peer, and revokes every peer's access to the local region: once close returns, no
+    /// peer's WRITE lands in the region and no peer's READ reads it (their transfers fail or
+    /// are refused), so memory the caller owns may be freed. A backend whose library cannot
+    /// stop a same-host peer says so in [`Capabilities::revoke`]. Idempotent.
     ///
     /// If a transfer is still running at the deadline, close logs a warning and returns; a
     /// reaper thread keeps the transfer, its peer, the backend and the memory it may touch
